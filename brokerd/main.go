@@ -1,0 +1,142 @@
+// Command brokerd runs one tapes broker: it hosts partition replicas (one
+// Raft group each), takes its seat in the controller quorum and serves the
+// client API, all on one gRPC port.
+//
+//	brokerd --id 1 --data-dir /var/lib/tapes/1 --listen 10.0.0.1:9092 \
+//	        --peers 1=10.0.0.1:9092,2=10.0.0.2:9092,3=10.0.0.3:9092
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tapes-dev/tapes/internal/broker"
+	"github.com/tapes-dev/tapes/internal/metadata"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "brokerd: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("brokerd", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "brokerd: one tapes broker (partition replicas over Raft, controller seat, client API)\n\nUsage:\n  brokerd --id N --data-dir DIR (--listen HOST:PORT | --listen-fd FD) --peers 1=HOST:PORT,...\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	def := broker.DefaultConfig()
+	var (
+		id        = fs.Int("id", 0, "this broker's id, a positive integer unique in the cluster (required)")
+		dataDir   = fs.String("data-dir", "", "directory for the controller's and every partition's data (required)")
+		listen    = fs.String("listen", "", "address to serve gRPC on, e.g. 127.0.0.1:9092")
+		listenFD  = fs.Int("listen-fd", -1, "serve on this inherited listening socket instead of --listen (used by `cluster up`)")
+		advertise = fs.String("advertise", "", "address clients dial to reach this broker (default: the listening address)")
+		peers     = fs.String("peers", "", "every broker of the cluster, this one included, as ID=HOST:PORT,... : how this broker reaches each (required)")
+		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn or error")
+	)
+	fs.DurationVar(&def.Raft.HeartbeatTimeout, "raft-heartbeat-timeout", def.Raft.HeartbeatTimeout, "Raft heartbeat timeout: a follower that hears nothing for this long starts an election")
+	fs.DurationVar(&def.Raft.ElectionTimeout, "raft-election-timeout", def.Raft.ElectionTimeout, "Raft election timeout (at least the heartbeat timeout)")
+	fs.DurationVar(&def.Raft.LeaderLeaseTimeout, "raft-leader-lease", def.Raft.LeaderLeaseTimeout, "Raft leader lease: a leader that cannot reach a quorum for this long steps down (at most the heartbeat timeout)")
+	fs.DurationVar(&def.Raft.CommitTimeout, "raft-commit-timeout", def.Raft.CommitTimeout, "how often an idle Raft leader sends AppendEntries (this also confirms followers for the ISR)")
+	fs.DurationVar(&def.Raft.SnapshotInterval, "raft-snapshot-interval", def.Raft.SnapshotInterval, "how often Raft checks whether to snapshot and compact its log")
+	fs.Uint64Var(&def.Raft.SnapshotThreshold, "raft-snapshot-threshold", def.Raft.SnapshotThreshold, "Raft log entries since the last snapshot that trigger a new one")
+	fs.Uint64Var(&def.Raft.TrailingLogs, "raft-trailing-logs", def.Raft.TrailingLogs, "Raft log entries kept after a snapshot (a follower further behind is rebuilt from the snapshot)")
+	fs.DurationVar(&def.ReplicaLagTimeMax, "replica-lag-time-max", def.ReplicaLagTimeMax, "replica.lag.time.max.ms: a follower that has not caught up for this long leaves the ISR")
+	fs.DurationVar(&def.RetentionCheckInterval, "retention-check-interval", def.RetentionCheckInterval, "how often partition leaders apply retention.ms and retention.bytes")
+	fs.DurationVar(&def.HeartbeatInterval, "broker-heartbeat-interval", def.HeartbeatInterval, "how often this broker tells its peers it is alive")
+	fs.DurationVar(&def.SessionTimeout, "broker-session-timeout", def.SessionTimeout, "a broker not heard from for this long is shown as dead in Metadata")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: use debug, info, warn or error", *logLevel)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	lis, err := listener(*listen, *listenFD)
+	if err != nil {
+		return err
+	}
+	peerMap, err := broker.ParsePeers(*peers)
+	if err != nil {
+		return fmt.Errorf("--peers: %w", err)
+	}
+	cfg := def
+	cfg.ID = metadata.BrokerID(*id)
+	cfg.DataDir = *dataDir
+	cfg.Advertise = *advertise
+	if cfg.Advertise == "" {
+		cfg.Advertise = lis.Addr().String()
+	}
+	cfg.Peers = peerMap
+	cfg.Logger = logger
+	b, err := broker.New(cfg)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- b.Serve(lis) }()
+	select {
+	case err := <-served:
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := b.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+// listener opens --listen or adopts --listen-fd.
+func listener(addr string, fd int) (net.Listener, error) {
+	switch {
+	case fd >= 0 && addr != "":
+		return nil, errors.New("give --listen or --listen-fd, not both")
+	case fd >= 0:
+		f := os.NewFile(uintptr(fd), "listener")
+		if f == nil {
+			return nil, fmt.Errorf("--listen-fd %d: not an open file", fd)
+		}
+		lis, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("--listen-fd %d: %w", fd, err)
+		}
+		return lis, nil
+	case strings.TrimSpace(addr) != "":
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("--listen %s: %w", addr, err)
+		}
+		return lis, nil
+	}
+	return nil, errors.New("--listen HOST:PORT (or --listen-fd) is required")
+}

@@ -1,0 +1,313 @@
+package broker
+
+import (
+	"context"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/replication"
+	"github.com/tapes-dev/tapes/internal/storage"
+)
+
+// Limits of the client API.
+const (
+	defaultProduceTimeout = 30 * time.Second
+	maxFetchWait          = 30 * time.Second
+	defaultFetchBytes     = 1 << 20
+)
+
+// api serves BrokerService. Handlers return *kerr.Error values converted to
+// gRPC statuses by kerr.ToStatus.
+type api struct {
+	tapesv1.UnimplementedBrokerServiceServer
+	b *Broker
+}
+
+func (a *api) Metadata(ctx context.Context, req *tapesv1.MetadataRequest) (*tapesv1.MetadataResponse, error) {
+	b := a.b
+	resp := &tapesv1.MetadataResponse{ControllerId: int32(b.controllerID()), BrokerId: int32(b.cfg.ID)}
+	b.meta.View(func(s *metadata.State) {
+		for _, id := range s.BrokerIDs() {
+			resp.Brokers = append(resp.Brokers, &tapesv1.BrokerInfo{Id: int32(id), Address: s.Brokers[id].Address})
+		}
+		names := req.Topics
+		if len(names) == 0 {
+			names = s.TopicNames()
+		}
+		for _, n := range names {
+			t, ok := s.Topics[n]
+			if !ok {
+				resp.Topics = append(resp.Topics, &tapesv1.TopicMetadata{Name: n, Error: kerr.New(kerr.UnknownTopicOrPartition, "topic %q does not exist", n).Detail})
+				continue
+			}
+			tm := &tapesv1.TopicMetadata{Name: t.Name, TopicId: uint64(t.ID), Configs: map[string]string{}}
+			for k, v := range t.Configs {
+				tm.Configs[k] = v
+			}
+			for p, ps := range t.Partitions {
+				pm := &tapesv1.PartitionMetadata{Partition: int32(p), LeaderId: int32(ps.Leader), LeaderEpoch: ps.Epoch,
+					Replicas: ids32(ps.Replicas), Isr: ids32(ps.ISR), HighWatermark: -1, LogStartOffset: -1, LogEndOffset: -1}
+				if ps.Leader < 0 {
+					pm.Error = kerr.New(kerr.LeaderNotAvailable, "partition %s-%d has no leader yet", t.Name, p).Detail
+				}
+				tm.Partitions = append(tm.Partitions, pm)
+			}
+			resp.Topics = append(resp.Topics, tm)
+		}
+	})
+	for _, bi := range resp.Brokers {
+		bi.Alive = b.alive(metadata.BrokerID(bi.Id))
+	}
+	if req.IncludeOffsets {
+		a.fillOffsets(ctx, resp)
+	}
+	return resp, nil
+}
+
+// fillOffsets asks every live broker for its replicas' state and takes the
+// high watermark and log bounds from each partition's ready leader; the
+// leader it reports also replaces a stale one in the controller's view.
+func (a *api) fillOffsets(ctx context.Context, resp *tapesv1.MetadataResponse) {
+	type key struct {
+		topic string
+		p     int32
+	}
+	index := map[key]*tapesv1.PartitionMetadata{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			index[key{t.Name, p.Partition}] = p
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, bi := range resp.Brokers {
+		wg.Add(1)
+		go func(id metadata.BrokerID) {
+			defer wg.Done()
+			var out *tapesv1.DescribeReplicasResponse
+			if id == a.b.cfg.ID {
+				out, _ = (&controllerAPI{b: a.b}).DescribeReplicas(ctx, &tapesv1.DescribeReplicasRequest{})
+			} else {
+				conn, err := a.b.peerConn(id)
+				if err != nil {
+					return
+				}
+				out, err = tapesv1.NewControllerServiceClient(conn).DescribeReplicas(ctx, &tapesv1.DescribeReplicasRequest{})
+				if err != nil {
+					return
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, rs := range out.Replicas {
+				pm := index[key{rs.Topic, rs.Partition}]
+				if pm == nil || len(rs.Isr) == 0 || rs.Term < pm.LeaderEpoch {
+					continue // not a ready leader, or an older one
+				}
+				pm.LeaderId, pm.LeaderEpoch, pm.Isr = rs.BrokerId, rs.Term, rs.Isr
+				pm.HighWatermark, pm.LogStartOffset, pm.LogEndOffset = rs.HighWatermark, rs.LogStartOffset, rs.LogEndOffset
+				pm.Error = nil
+			}
+		}(metadata.BrokerID(bi.Id))
+	}
+	wg.Wait()
+}
+
+func ids32(ids []metadata.BrokerID) []int32 {
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out
+}
+
+func (a *api) CreateTopics(ctx context.Context, req *tapesv1.CreateTopicsRequest) (*tapesv1.CreateTopicsResponse, error) {
+	resp := &tapesv1.CreateTopicsResponse{}
+	for _, spec := range req.Topics {
+		var detail *tapesv1.ErrorDetail
+		if err := a.createTopic(ctx, spec, req.ValidateOnly); err != nil {
+			detail = asDetail(err)
+		}
+		resp.Results = append(resp.Results, &tapesv1.TopicResult{Name: spec.Name, Error: detail})
+	}
+	return resp, nil
+}
+
+func (a *api) createTopic(ctx context.Context, spec *tapesv1.TopicSpec, validateOnly bool) error {
+	if err := metadata.ValidateTopicName(spec.Name); err != nil {
+		return err
+	}
+	if _, err := metadata.ParseTopicConfig(spec.Configs); err != nil {
+		return err
+	}
+	var brokers []metadata.BrokerID
+	exists := false
+	a.b.meta.View(func(s *metadata.State) {
+		brokers = s.BrokerIDs()
+		_, exists = s.Topics[spec.Name]
+	})
+	if exists {
+		return kerr.New(kerr.TopicAlreadyExists, "topic %q already exists", spec.Name)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(spec.Name))
+	assignment, err := metadata.Assign(brokers, int(spec.Partitions), int(spec.ReplicationFactor), int(h.Sum32()%1024))
+	if err != nil {
+		return err
+	}
+	if validateOnly {
+		return nil
+	}
+	t := &metadata.Topic{Name: spec.Name, Configs: spec.Configs}
+	for _, r := range assignment {
+		t.Partitions = append(t.Partitions, metadata.PartitionState{Replicas: r})
+	}
+	res, err := a.b.propose(ctx, &metadata.Command{Op: metadata.OpCreateTopic, Topic: t})
+	if err != nil {
+		return err
+	}
+	return res.Err()
+}
+
+func (a *api) DeleteTopics(ctx context.Context, req *tapesv1.DeleteTopicsRequest) (*tapesv1.DeleteTopicsResponse, error) {
+	resp := &tapesv1.DeleteTopicsResponse{}
+	for _, name := range req.Names {
+		res, err := a.b.propose(ctx, &metadata.Command{Op: metadata.OpDeleteTopic, Name: name})
+		if err == nil {
+			err = res.Err()
+		}
+		var detail *tapesv1.ErrorDetail
+		if err != nil {
+			detail = asDetail(err)
+		}
+		resp.Results = append(resp.Results, &tapesv1.TopicResult{Name: name, Error: detail})
+	}
+	return resp, nil
+}
+
+func asDetail(err error) *tapesv1.ErrorDetail {
+	if ke, ok := kerr.As(err); ok {
+		return ke.Detail
+	}
+	return kerr.New(kerr.UnknownServerError, "%v", err).Detail
+}
+
+// leaderReplica finds the local replica of topic/partition. It answers
+// UNKNOWN_TOPIC_OR_PARTITION for a topic or partition that does not exist
+// and NOT_LEADER_OR_FOLLOWER (with the leader the metadata names) when this
+// broker holds no replica of it.
+func (a *api) leaderReplica(topic string, partition int32) (*replication.Replica, error) {
+	var t *metadata.Topic
+	var ps metadata.PartitionState
+	var count int
+	a.b.meta.View(func(s *metadata.State) {
+		if tt, ok := s.Topics[topic]; ok {
+			t = &metadata.Topic{Name: tt.Name, ID: tt.ID}
+			count = len(tt.Partitions)
+			if partition >= 0 && int(partition) < count {
+				ps = tt.Partitions[partition]
+			}
+		}
+	})
+	if t == nil {
+		return nil, kerr.New(kerr.UnknownTopicOrPartition, "topic %q does not exist", topic)
+	}
+	if partition < 0 || int(partition) >= count {
+		return nil, kerr.New(kerr.UnknownTopicOrPartition, "partition %d of topic %q does not exist (it has %d)", partition, topic, count)
+	}
+	r := a.b.replica(topic, t.ID, partition)
+	if r == nil {
+		return nil, kerr.NotLeader(int32(ps.Leader), a.b.brokerAddress(ps.Leader), ps.Epoch,
+			"broker %d holds no replica of %s-%d (replicas %s)", a.b.cfg.ID, topic, partition, metadata.JoinIDs(ps.Replicas))
+	}
+	return r, nil
+}
+
+func (a *api) Produce(ctx context.Context, req *tapesv1.ProduceRequest) (*tapesv1.ProduceResponse, error) {
+	r, err := a.leaderReplica(req.Topic, req.Partition)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	if len(req.Records) == 0 {
+		return nil, kerr.ToStatus(kerr.New(kerr.InvalidRequest, "produce to %s-%d carries no records", req.Topic, req.Partition))
+	}
+	now := time.Now().UnixMilli()
+	recs := make([]storage.Record, len(req.Records))
+	for i, pr := range req.Records {
+		recs[i] = storage.Record{Timestamp: pr.TimestampMs, Key: pr.Key, Value: pr.Value}
+		if recs[i].Timestamp == 0 {
+			recs[i].Timestamp = now
+		}
+		if pr.Key != nil && len(pr.Key) == 0 {
+			recs[i].Key = []byte{}
+		}
+		for _, h := range pr.Headers {
+			recs[i].Headers = append(recs[i].Headers, storage.Header{Key: h.Key, Value: h.Value})
+		}
+	}
+	timeout := defaultProduceTimeout
+	if req.TimeoutMs > 0 {
+		timeout = time.Duration(req.TimeoutMs) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := r.Produce(ctx, int(req.Acks), storage.EncodeBatch(recs))
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	return &tapesv1.ProduceResponse{BaseOffset: res.BaseOffset, LogStartOffset: res.LogStart, LeaderEpoch: res.Epoch}, nil
+}
+
+func (a *api) Fetch(ctx context.Context, req *tapesv1.FetchRequest) (*tapesv1.FetchResponse, error) {
+	r, err := a.leaderReplica(req.Topic, req.Partition)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	maxBytes := int(req.MaxBytes)
+	if maxBytes <= 0 {
+		maxBytes = defaultFetchBytes
+	}
+	wait := time.Duration(req.MaxWaitMs) * time.Millisecond
+	if wait > maxFetchWait {
+		wait = maxFetchWait
+	}
+	res, err := r.Fetch(ctx, req.Offset, maxBytes, wait)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	out := &tapesv1.FetchResponse{HighWatermark: res.HighWatermark, LogStartOffset: res.LogStart, LeaderEpoch: res.Epoch,
+		Records: make([]*tapesv1.Record, len(res.Records))}
+	for i, rec := range res.Records {
+		out.Records[i] = toProto(rec)
+	}
+	return out, nil
+}
+
+func toProto(rec storage.Record) *tapesv1.Record {
+	pr := &tapesv1.Record{Offset: rec.Offset, TimestampMs: rec.Timestamp, Key: rec.Key, Value: rec.Value}
+	if rec.Key != nil && len(rec.Key) == 0 {
+		pr.Key = []byte{}
+	}
+	for _, h := range rec.Headers {
+		pr.Headers = append(pr.Headers, &tapesv1.Header{Key: h.Key, Value: h.Value})
+	}
+	return pr
+}
+
+func (a *api) ListOffsets(ctx context.Context, req *tapesv1.ListOffsetsRequest) (*tapesv1.ListOffsetsResponse, error) {
+	r, err := a.leaderReplica(req.Topic, req.Partition)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	off, ts, epoch, err := r.ListOffsets(req.TimestampMs)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	return &tapesv1.ListOffsetsResponse{Offset: off, TimestampMs: ts, LeaderEpoch: epoch}, nil
+}

@@ -1,0 +1,295 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/raftnet"
+	"github.com/tapes-dev/tapes/internal/replication"
+)
+
+// controllerGroup is the Raft group name of the controller quorum.
+const controllerGroup = "__controller"
+
+// Broker is one running broker. Create it with New, run it with Serve, stop
+// it with Shutdown.
+type Broker struct {
+	cfg Config
+	log *slog.Logger
+
+	grpc *grpc.Server
+	mux  *raftnet.Mux
+
+	meta      *metadata.FSM
+	ctrlRaft  *raft.Raft
+	ctrlBolt  *raftboltdb.BoltStore
+	ctrlTrans *raftnet.Transport
+
+	observer *raft.Observer
+	obsCh    chan raft.Observation
+
+	// metaChanged is signalled (non-blocking) after every metadata change.
+	metaChanged chan struct{}
+
+	mu sync.Mutex
+	// replicas: the partition replicas this broker hosts, by group name.
+	// Invariant: each is open and in byRaft under the same lock.
+	replicas map[string]*replication.Replica
+	byRaft   map[*raft.Raft]*replication.Replica
+	// conns to peers by broker id (for forwarding and heartbeats).
+	conns map[metadata.BrokerID]*grpc.ClientConn
+	// lastSeen: when each broker last sent a heartbeat to this one.
+	lastSeen map[metadata.BrokerID]time.Time
+
+	reports *reporter
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// New validates cfg, opens the controller's Raft group and prepares the
+// gRPC server. Nothing is served until Serve.
+func New(cfg Config) (*Broker, error) {
+	if err := ValidateConfig(&cfg); err != nil {
+		return nil, fmt.Errorf("broker config: %w", err)
+	}
+	b := &Broker{
+		cfg:         cfg,
+		log:         cfg.Logger.With("broker", cfg.ID),
+		meta:        metadata.NewFSM(),
+		metaChanged: make(chan struct{}, 1),
+		replicas:    map[string]*replication.Replica{},
+		byRaft:      map[*raft.Raft]*replication.Replica{},
+		conns:       map[metadata.BrokerID]*grpc.ClientConn{},
+		lastSeen:    map[metadata.BrokerID]time.Time{},
+		obsCh:       make(chan raft.Observation, 1024),
+		stop:        make(chan struct{}),
+	}
+	b.meta.OnChange = func() {
+		select {
+		case b.metaChanged <- struct{}{}:
+		default:
+		}
+	}
+	b.observer = raft.NewObserver(b.obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.RaftState:
+			return true
+		}
+		return false
+	})
+	b.reports = newReporter(b)
+	mux, err := raftnet.NewMux(raftnet.Config{
+		LocalID: replication.ServerID(cfg.ID),
+		Resolve: b.resolvePeer,
+		Logger:  cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raft transport: %w", err)
+	}
+	b.mux = mux
+	b.grpc = grpc.NewServer(raftnet.ServerOptions()...)
+	mux.Register(b.grpc)
+	tapesv1.RegisterBrokerServiceServer(b.grpc, &api{b: b})
+	tapesv1.RegisterControllerServiceServer(b.grpc, &controllerAPI{b: b})
+	if err := b.openController(); err != nil {
+		mux.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// resolvePeer maps a Raft server address (a broker id) to the address this
+// broker dials.
+func (b *Broker) resolvePeer(addr raft.ServerAddress) (string, error) {
+	id := replication.BrokerOf(raft.ServerID(addr))
+	if a, ok := b.cfg.Peers[id]; ok {
+		return a, nil
+	}
+	return "", fmt.Errorf("no address for broker %q", addr)
+}
+
+func (b *Broker) openController() error {
+	dir := filepath.Join(b.cfg.DataDir, "controller")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("controller dir: %w", err)
+	}
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		return fmt.Errorf("controller raft log: %w", err)
+	}
+	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft " + controllerGroup, Level: hclog.Warn, Output: os.Stderr})
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hlog)
+	if err != nil {
+		bolt.Close()
+		return fmt.Errorf("controller snapshots: %w", err)
+	}
+	trans, err := b.mux.Group(controllerGroup)
+	if err != nil {
+		bolt.Close()
+		return fmt.Errorf("controller transport: %w", err)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = replication.ServerID(b.cfg.ID)
+	rc.HeartbeatTimeout = b.cfg.Raft.HeartbeatTimeout
+	rc.ElectionTimeout = b.cfg.Raft.ElectionTimeout
+	rc.LeaderLeaseTimeout = b.cfg.Raft.LeaderLeaseTimeout
+	rc.CommitTimeout = b.cfg.Raft.CommitTimeout
+	rc.Logger = hlog
+	existing, err := raft.HasExistingState(bolt, bolt, snaps)
+	if err != nil {
+		bolt.Close()
+		return fmt.Errorf("controller state: %w", err)
+	}
+	if !existing {
+		var servers []raft.Server
+		for _, id := range b.cfg.sortedPeers() {
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: replication.ServerID(id), Address: raft.ServerAddress(replication.ServerID(id))})
+		}
+		if err := raft.BootstrapCluster(rc, bolt, bolt, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+			bolt.Close()
+			return fmt.Errorf("bootstrap controller quorum: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, b.meta, bolt, bolt, snaps, trans)
+	if err != nil {
+		bolt.Close()
+		return fmt.Errorf("start controller raft: %w", err)
+	}
+	b.ctrlRaft, b.ctrlBolt, b.ctrlTrans = r, bolt, trans
+	return nil
+}
+
+// Serve runs the broker on lis until Shutdown: the gRPC server, broker
+// registration, heartbeats, replica reconciliation and leader reports.
+func (b *Broker) Serve(lis net.Listener) error {
+	b.wg.Add(5)
+	go b.observe()
+	go b.registerLoop()
+	go b.heartbeatLoop()
+	go b.reconcileLoop()
+	go b.reports.run()
+	b.log.Info("broker serving", "listen", lis.Addr().String(), "advertise", b.cfg.Advertise, "data_dir", b.cfg.DataDir)
+	err := b.grpc.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops serving and closes every replica and the controller. The
+// transports are closed before waiting on Raft so nothing hangs.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	var errs []error
+	b.stopOnce.Do(func() {
+		close(b.stop)
+		stopped := make(chan struct{})
+		go func() { b.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			b.grpc.Stop()
+		}
+		b.wg.Wait()
+		b.mu.Lock()
+		reps := make([]*replication.Replica, 0, len(b.replicas))
+		for _, r := range b.replicas {
+			reps = append(reps, r)
+		}
+		b.mu.Unlock()
+		var wg sync.WaitGroup
+		var emu sync.Mutex
+		for _, r := range reps {
+			wg.Add(1)
+			go func(r *replication.Replica) {
+				defer wg.Done()
+				if err := r.Close(); err != nil {
+					emu.Lock()
+					errs = append(errs, err)
+					emu.Unlock()
+				}
+			}(r)
+		}
+		wg.Wait()
+		b.ctrlTrans.Close()
+		if err := b.ctrlRaft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("controller raft: %w", err))
+		}
+		if err := b.ctrlBolt.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		b.mux.Close()
+		b.mu.Lock()
+		for _, c := range b.conns {
+			c.Close()
+		}
+		b.mu.Unlock()
+	})
+	return errors.Join(errs...)
+}
+
+// observe dispatches Raft observations (all groups share one non-blocking
+// observer) to the replica whose Raft produced them.
+func (b *Broker) observe() {
+	defer b.wg.Done()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case o := <-b.obsCh:
+			b.mu.Lock()
+			r := b.byRaft[o.Raft]
+			b.mu.Unlock()
+			if r != nil {
+				r.CheckLeadership()
+			}
+		}
+	}
+}
+
+// peerConn returns (dialling once) the connection to a peer broker.
+func (b *Broker) peerConn(id metadata.BrokerID) (*grpc.ClientConn, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c, ok := b.conns[id]; ok {
+		return c, nil
+	}
+	addr, ok := b.cfg.Peers[id]
+	if !ok {
+		return nil, fmt.Errorf("broker %d is not a known peer", id)
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial broker %d at %s: %w", id, addr, err)
+	}
+	b.conns[id] = c
+	return c, nil
+}
+
+// sleep waits d or until shutdown; false means shutting down.
+func (b *Broker) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-b.stop:
+		return false
+	case <-t.C:
+		return true
+	}
+}

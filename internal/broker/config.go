@@ -1,0 +1,138 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/replication"
+)
+
+// Config is a broker's configuration. Zero durations take defaults in
+// ValidateConfig.
+type Config struct {
+	ID      metadata.BrokerID
+	DataDir string
+	// Advertise is the address clients dial; registered with the controller.
+	Advertise string
+	// Peers maps every broker of the controller quorum (this one included)
+	// to the address THIS broker uses to reach it. Brokers may see each
+	// other through different addresses (e.g. per-link fault proxies).
+	Peers map[metadata.BrokerID]string
+
+	Raft replication.RaftTimings
+	// ReplicaLagTimeMax is Kafka's replica.lag.time.max.ms.
+	ReplicaLagTimeMax time.Duration
+	// RetentionCheckInterval is Kafka's log.retention.check.interval.ms.
+	RetentionCheckInterval time.Duration
+	// HeartbeatInterval: how often this broker tells every peer it is alive.
+	HeartbeatInterval time.Duration
+	// SessionTimeout: a broker not heard from for this long is shown dead.
+	SessionTimeout time.Duration
+
+	Logger *slog.Logger
+}
+
+// Configuration errors. ValidateConfig wraps one of them with the offending
+// value.
+var (
+	ErrNoID          = errors.New("broker id must be positive")
+	ErrNoDataDir     = errors.New("data dir is required")
+	ErrNoAdvertise   = errors.New("advertised address is required")
+	ErrPeers         = errors.New("invalid peers")
+	ErrTiming        = errors.New("invalid timing")
+	ErrLagBelowRaft  = errors.New("replica lag time max must exceed the raft commit timeout")
+	ErrSessionTiming = errors.New("session timeout must exceed the heartbeat interval")
+)
+
+// DefaultConfig returns the defaults for the timing fields.
+func DefaultConfig() Config {
+	return Config{
+		Raft:                   replication.DefaultRaftTimings(),
+		ReplicaLagTimeMax:      10 * time.Second,
+		RetentionCheckInterval: 5 * time.Second,
+		HeartbeatInterval:      time.Second,
+		SessionTimeout:         4 * time.Second,
+	}
+}
+
+// ValidateConfig checks each field and the relations between them: the ISR
+// is judged from the idle AppendEntries Raft sends every CommitTimeout, so
+// the lag limit must leave room for at least two of them.
+func ValidateConfig(c *Config) error {
+	if c.ID <= 0 {
+		return fmt.Errorf("%w: %d", ErrNoID, c.ID)
+	}
+	if c.DataDir == "" {
+		return ErrNoDataDir
+	}
+	if c.Advertise == "" {
+		return ErrNoAdvertise
+	}
+	if len(c.Peers) == 0 {
+		return fmt.Errorf("%w: none given", ErrPeers)
+	}
+	if _, ok := c.Peers[c.ID]; !ok {
+		return fmt.Errorf("%w: this broker (%d) is not among them", ErrPeers, c.ID)
+	}
+	for id, addr := range c.Peers {
+		if id <= 0 || addr == "" {
+			return fmt.Errorf("%w: %d=%q", ErrPeers, id, addr)
+		}
+	}
+	if err := c.Raft.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrTiming, err)
+	}
+	if c.ReplicaLagTimeMax < 2*c.Raft.CommitTimeout {
+		return fmt.Errorf("%w: replica lag %v, commit timeout %v", ErrLagBelowRaft, c.ReplicaLagTimeMax, c.Raft.CommitTimeout)
+	}
+	if c.RetentionCheckInterval <= 0 || c.HeartbeatInterval <= 0 {
+		return fmt.Errorf("%w: retention check %v, heartbeat %v", ErrTiming, c.RetentionCheckInterval, c.HeartbeatInterval)
+	}
+	if c.SessionTimeout <= c.HeartbeatInterval {
+		return fmt.Errorf("%w: session %v, heartbeat %v", ErrSessionTiming, c.SessionTimeout, c.HeartbeatInterval)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// ParsePeers parses "1=host:port,2=host:port".
+func ParsePeers(s string) (map[metadata.BrokerID]string, error) {
+	out := map[metadata.BrokerID]string{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(part, "=")
+		n, err := strconv.Atoi(strings.TrimSpace(id))
+		if !ok || err != nil || n <= 0 || strings.TrimSpace(addr) == "" {
+			return nil, fmt.Errorf("%w: %q is not ID=HOST:PORT", ErrPeers, part)
+		}
+		if _, dup := out[metadata.BrokerID(n)]; dup {
+			return nil, fmt.Errorf("%w: broker %d given twice", ErrPeers, n)
+		}
+		out[metadata.BrokerID(n)] = strings.TrimSpace(addr)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: none given", ErrPeers)
+	}
+	return out, nil
+}
+
+// sortedPeers returns the peer ids in ascending order.
+func (c *Config) sortedPeers() []metadata.BrokerID {
+	ids := make([]metadata.BrokerID, 0, len(c.Peers))
+	for id := range c.Peers {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}

@@ -1,0 +1,226 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/replication"
+)
+
+// wantReplica is a partition the metadata assigns to this broker.
+type wantReplica struct {
+	topic     string
+	id        metadata.TopicID
+	partition int32
+	replicas  []metadata.BrokerID
+	config    metadata.TopicConfig
+}
+
+// reconcileLoop opens the replicas the metadata assigns to this broker and
+// deletes those whose topic is gone, on every metadata change and every two
+// seconds; it also re-sends leader reports the controller has not recorded.
+func (b *Broker) reconcileLoop() {
+	defer b.wg.Done()
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		b.reconcile()
+		select {
+		case <-b.stop:
+			return
+		case <-b.metaChanged:
+		case <-t.C:
+			b.resendStaleReports()
+		}
+	}
+}
+
+func (b *Broker) reconcile() {
+	want := map[string]wantReplica{}
+	b.meta.View(func(s *metadata.State) {
+		for _, t := range s.Topics {
+			for p, ps := range t.Partitions {
+				if slices.Contains(ps.Replicas, b.cfg.ID) {
+					name := replication.GroupName(t.Name, int32(p), t.ID)
+					want[name] = wantReplica{topic: t.Name, id: t.ID, partition: int32(p), replicas: slices.Clone(ps.Replicas), config: t.Config()}
+				}
+			}
+		}
+	})
+	b.mu.Lock()
+	var drop []*replication.Replica
+	for name, r := range b.replicas {
+		if _, ok := want[name]; !ok {
+			drop = append(drop, r)
+			delete(b.replicas, name)
+			delete(b.byRaft, r.Raft())
+		}
+	}
+	var open []string
+	for name := range want {
+		if _, ok := b.replicas[name]; !ok {
+			open = append(open, name)
+		}
+	}
+	b.mu.Unlock()
+	for _, r := range drop {
+		c := r.Config()
+		b.log.Info("deleting replica of a deleted topic", "topic", c.Topic, "partition", c.Partition)
+		if err := r.Delete(); err != nil {
+			b.log.Warn("delete replica", "topic", c.Topic, "partition", c.Partition, "err", err)
+		}
+	}
+	sort.Strings(open)
+	for _, name := range open {
+		if err := b.openReplica(name, want[name]); err != nil {
+			b.log.Error("open replica", "group", name, "err", err)
+		}
+	}
+}
+
+func (b *Broker) openReplica(name string, w wantReplica) error {
+	select {
+	case <-b.stop:
+		return nil
+	default:
+	}
+	trans, err := b.mux.Group(name)
+	if err != nil {
+		return fmt.Errorf("transport: %w", err)
+	}
+	r, err := replication.Open(replication.Config{
+		Topic: w.topic, TopicID: w.id, Partition: w.partition,
+		Dir:                    filepath.Join(b.cfg.DataDir, "partitions", fmt.Sprintf("%s-%d@%d", w.topic, w.partition, w.id)),
+		LocalID:                b.cfg.ID,
+		Replicas:               w.replicas,
+		TopicConfig:            w.config,
+		Raft:                   b.cfg.Raft,
+		ReplicaLagTimeMax:      b.cfg.ReplicaLagTimeMax,
+		RetentionCheckInterval: b.cfg.RetentionCheckInterval,
+		Transport:              trans,
+		Observer:               b.observer,
+		LeaderAddress:          b.brokerAddress,
+		OnReport:               b.reports.add,
+		Logger:                 b.cfg.Logger,
+	})
+	if err != nil {
+		trans.Close()
+		return err
+	}
+	b.mu.Lock()
+	b.replicas[name] = r
+	b.byRaft[r.Raft()] = r
+	b.mu.Unlock()
+	return nil
+}
+
+// brokerAddress returns a broker's advertised client address ("" if unknown).
+func (b *Broker) brokerAddress(id metadata.BrokerID) string {
+	var addr string
+	b.meta.View(func(s *metadata.State) { addr = s.Brokers[id].Address })
+	return addr
+}
+
+// replicaList returns the hosted replicas.
+func (b *Broker) replicaList() []*replication.Replica {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*replication.Replica, 0, len(b.replicas))
+	for _, r := range b.replicas {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		ci, cj := out[i].Config(), out[j].Config()
+		if ci.Topic != cj.Topic {
+			return ci.Topic < cj.Topic
+		}
+		return ci.Partition < cj.Partition
+	})
+	return out
+}
+
+// replica returns the hosted replica of topic/partition (current incarnation).
+func (b *Broker) replica(topic string, id metadata.TopicID, partition int32) *replication.Replica {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.replicas[replication.GroupName(topic, partition, id)]
+}
+
+// resendStaleReports re-reports partitions this broker leads whose state
+// the controller has not recorded (a report lost with a controller failover).
+func (b *Broker) resendStaleReports() {
+	for _, r := range b.replicaList() {
+		isr := r.ISR()
+		if isr == nil {
+			continue
+		}
+		st := r.Status()
+		c := r.Config()
+		var have metadata.PartitionState
+		b.meta.View(func(s *metadata.State) {
+			if t, ok := s.Topics[c.Topic]; ok && t.ID == c.TopicID && int(c.Partition) < len(t.Partitions) {
+				have = t.Partitions[c.Partition]
+			}
+		})
+		if have.Leader != b.cfg.ID || have.Epoch != int64(st.Term) || !slices.Equal(have.ISR, isr) {
+			b.reports.add(replication.Report{Topic: c.Topic, TopicID: c.TopicID, Partition: c.Partition, Leader: b.cfg.ID, Epoch: int64(st.Term), ISR: isr})
+		}
+	}
+}
+
+// reporter sends leader reports to the controller, newest per partition,
+// from one goroutine, so replicas never block on the controller.
+type reporter struct {
+	b       *Broker
+	mu      sync.Mutex
+	pending map[string]replication.Report // by group name; guarded by mu
+	wake    chan struct{}
+}
+
+func newReporter(b *Broker) *reporter {
+	return &reporter{b: b, pending: map[string]replication.Report{}, wake: make(chan struct{}, 1)}
+}
+
+// add queues a report; it never blocks.
+func (r *reporter) add(rep replication.Report) {
+	r.mu.Lock()
+	r.pending[replication.GroupName(rep.Topic, rep.Partition, rep.TopicID)] = rep
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *reporter) run() {
+	defer r.b.wg.Done()
+	for {
+		select {
+		case <-r.b.stop:
+			return
+		case <-r.wake:
+		}
+		r.mu.Lock()
+		batch := r.pending
+		r.pending = map[string]replication.Report{}
+		r.mu.Unlock()
+		for name, rep := range batch {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			res, err := r.b.propose(ctx, &metadata.Command{Op: metadata.OpUpdatePartition, Name: rep.Topic, TopicID: rep.TopicID,
+				Partition: rep.Partition, Leader: rep.Leader, Epoch: rep.Epoch, ISR: rep.ISR})
+			cancel()
+			if err == nil {
+				err = res.Err()
+			}
+			if err != nil {
+				r.b.log.Warn("leader report failed; the periodic check resends it", "group", name, "err", err)
+			}
+		}
+	}
+}

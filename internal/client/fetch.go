@@ -1,0 +1,52 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+)
+
+// Special timestamps of ListOffsets.
+const (
+	LatestOffset   int64 = -1 // the high watermark
+	EarliestOffset int64 = -2 // the log start offset
+)
+
+// Fetch reads records from req's partition through its leader, retrying
+// retriable errors until it succeeds or ctx ends. The per-attempt deadline
+// is RequestTimeout plus req.MaxWaitMs. OFFSET_OUT_OF_RANGE is returned at
+// once, with the partition's bounds in its detail.
+func (c *Client) Fetch(ctx context.Context, req *tapesv1.FetchRequest) (*tapesv1.FetchResponse, error) {
+	var resp *tapesv1.FetchResponse
+	wait := time.Duration(max(req.GetMaxWaitMs(), 0)) * time.Millisecond
+	err := c.leaderCall(ctx, "fetch", req.GetTopic(), req.GetPartition(), wait, retriable,
+		func(ctx context.Context, bc tapesv1.BrokerServiceClient, opts ...grpc.CallOption) (err error) {
+			resp, err = bc.Fetch(ctx, req, opts...)
+			return err
+		})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// ListOffsets asks a partition's leader for the offset at timestampMs:
+// LatestOffset (the high watermark), EarliestOffset (the log start offset),
+// or the first offset whose record timestamp is at or after timestampMs.
+// It retries like Fetch.
+func (c *Client) ListOffsets(ctx context.Context, topic string, partition int32, timestampMs int64) (*tapesv1.ListOffsetsResponse, error) {
+	req := &tapesv1.ListOffsetsRequest{Topic: topic, Partition: partition, TimestampMs: timestampMs}
+	var resp *tapesv1.ListOffsetsResponse
+	err := c.leaderCall(ctx, "list offsets", topic, partition, 0, retriable,
+		func(ctx context.Context, bc tapesv1.BrokerServiceClient, opts ...grpc.CallOption) (err error) {
+			resp, err = bc.ListOffsets(ctx, req, opts...)
+			return err
+		})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}

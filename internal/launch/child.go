@@ -1,0 +1,329 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tapes-dev/tapes/internal/clusterfile"
+)
+
+// child is one broker of the cluster, across its restarts.
+type child struct {
+	// op serialises the operations that change the process: Kill, Stop,
+	// Pause, Resume, Restart and Close.
+	op sync.Mutex
+
+	// Fixed once Start returns.
+	id      int32
+	name    string
+	dataDir string // DIR/NAME
+	log     string // DIR/logs/NAME.log
+	addr    string // the address clients dial
+	listen  string // HOST:PORT the launcher binds for it
+
+	// Guarded by Cluster.mu.
+	proc clusterfile.Process // as cluster.json shows it
+	run  *run                // the latest process; nil before the first start
+}
+
+// run is one process of a child, from start to exit.
+type run struct {
+	cmd  *exec.Cmd
+	pid  int
+	done chan struct{} // closed once the process has exited and been reaped
+
+	// Guarded by Cluster.mu.
+	expected bool // the launcher asked it to end
+	paused   bool
+	state    *os.ProcessState
+}
+
+// liveLocked returns the running process, or nil. Cluster.mu held.
+func (ch *child) liveLocked() *run {
+	if ch.run == nil {
+		return nil
+	}
+	select {
+	case <-ch.run.done:
+		return nil
+	default:
+		return ch.run
+	}
+}
+
+// commandLine is the arguments of the child's brokerd.
+func (c *Cluster) commandLine(ch *child) []string {
+	args := []string{
+		"--id", strconv.Itoa(int(ch.id)),
+		"--data-dir", ch.dataDir,
+		"--listen-fd", "3",
+		"--peers", c.peers,
+	}
+	if ch.listen != ch.addr {
+		args = append(args, "--advertise", ch.addr)
+	}
+	return append(args, c.brokerArgs...)
+}
+
+// spawn starts the child's brokerd serving on ln, which it hands over as file
+// descriptor 3. The launcher's copies of the socket are closed whatever
+// happens, so that once the child is gone nothing accepts on the port.
+func (c *Cluster) spawn(ch *child, ln *net.TCPListener) error {
+	defer ln.Close()
+	lf, err := ln.File()
+	if err != nil {
+		return fmt.Errorf("launch: %s: pass the listener: %w", ch.name, err)
+	}
+	defer lf.Close()
+	if err := os.MkdirAll(ch.dataDir, 0o755); err != nil {
+		return fmt.Errorf("launch: %s: %w", ch.name, err)
+	}
+	logf, err := os.OpenFile(ch.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("launch: %s: open log: %w", ch.name, err)
+	}
+	defer logf.Close()
+
+	args := c.commandLine(ch)
+	c.log.Info("starting broker", "name", ch.name, "address", ch.addr)
+	fmt.Fprintf(logf, "%s launcher: starting %s: %s %s\n", stamp(), ch.name, c.brokerd, strings.Join(args, " "))
+	cmd := exec.Command(c.brokerd, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{lf}
+	if len(c.env) > 0 {
+		cmd.Env = append(os.Environ(), c.env...)
+	}
+	cmd.SysProcAttr = childAttrs()
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(logf, "%s launcher: %s did not start: %v\n", stamp(), ch.name, err)
+		return fmt.Errorf("launch: start %s: %w", ch.name, err)
+	}
+	r := &run{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+	c.log.Debug("broker started", "name", ch.name, "pid", r.pid)
+	c.mu.Lock()
+	ch.run = r
+	ch.proc.PID = r.pid
+	if err := c.writeFileLocked(); err != nil {
+		c.log.Error("cannot record the new pid", "name", ch.name, "err", err)
+	}
+	c.mu.Unlock()
+	go c.reap(ch, r)
+	return nil
+}
+
+// reap waits for r to exit, records it (cluster.json, the child's log) and,
+// if nobody asked it to end, reports it on Exited.
+func (c *Cluster) reap(ch *child, r *run) {
+	_ = r.cmd.Wait() // the outcome is in ProcessState
+	st := r.cmd.ProcessState
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.state, r.paused = st, false
+	expected := r.expected || c.closed
+	if ch.run == r {
+		ch.proc.PID = 0
+		if err := c.writeFileLocked(); err != nil {
+			c.log.Error("cannot record an exit", "name", ch.name, "err", err)
+		}
+	}
+	how := "exited"
+	if !expected {
+		how = "exited unexpectedly"
+	}
+	if err := appendLine(ch.log, fmt.Sprintf("%s launcher: %s (pid %d) %s: %s", stamp(), ch.name, r.pid, how, describeState(st))); err != nil {
+		c.log.Warn("cannot note an exit in the broker's log", "name", ch.name, "err", err)
+	}
+	c.log.Debug("broker "+how, "name", ch.name, "pid", r.pid, "status", describeState(st))
+	if !expected {
+		ev := ExitEvent{Name: ch.name, PID: r.pid, State: st, Log: ch.log, Time: time.Now()}
+		select {
+		case c.events <- ev:
+		default:
+			c.log.Warn("exit event dropped: nobody reads Exited", "event", ev.String())
+		}
+	}
+	close(r.done)
+}
+
+// child returns the named child.
+func (c *Cluster) child(name string) (*child, error) {
+	ch, ok := c.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("launch: %q (have %s): %w", name, strings.Join(c.Names(), ", "), ErrUnknownProcess)
+	}
+	return ch, nil
+}
+
+// live returns the child's running process, marked as expected to end when
+// ending is what the caller is about to ask. ch.op held.
+func (c *Cluster) live(ch *child, ending bool) (*run, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	r := ch.liveLocked()
+	if r == nil {
+		why := "never started"
+		if ch.run != nil {
+			why = describeState(ch.run.state)
+		}
+		return nil, fmt.Errorf("launch: %s (%s): %w", ch.name, why, ErrNotRunning)
+	}
+	if ending {
+		r.expected = true
+	}
+	return r, nil
+}
+
+// Kill sends SIGKILL to the named process (a crash) and waits until it has exited.
+func (c *Cluster) Kill(name string) error {
+	ch, err := c.child(name)
+	if err != nil {
+		return err
+	}
+	ch.op.Lock()
+	defer ch.op.Unlock()
+	r, err := c.live(ch, true)
+	if err != nil {
+		return err
+	}
+	if err := signal(r, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("launch: kill %s: %w", name, err)
+	}
+	<-r.done
+	return nil
+}
+
+// Stop asks the named process to shut down (SIGTERM) and waits; after
+// StopTimeout it sends SIGKILL.
+func (c *Cluster) Stop(name string) error {
+	ch, err := c.child(name)
+	if err != nil {
+		return err
+	}
+	ch.op.Lock()
+	defer ch.op.Unlock()
+	r, err := c.live(ch, true)
+	if err != nil {
+		return err
+	}
+	return c.stopRun(name, r)
+}
+
+// stopRun ends r: SIGCONT (a stopped process cannot handle SIGTERM), SIGTERM,
+// and SIGKILL if it has not exited after the stop timeout.
+func (c *Cluster) stopRun(name string, r *run) error {
+	if err := signal(r, syscall.SIGCONT); err != nil {
+		return fmt.Errorf("launch: stop %s: %w", name, err)
+	}
+	if err := signal(r, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("launch: stop %s: %w", name, err)
+	}
+	t := time.NewTimer(c.stopTimeout)
+	defer t.Stop()
+	select {
+	case <-r.done:
+		return nil
+	case <-t.C:
+	}
+	c.log.Warn("broker ignored SIGTERM; killing it", "name", name, "pid", r.pid, "waited", c.stopTimeout)
+	if err := signal(r, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("launch: stop %s: %w", name, err)
+	}
+	<-r.done
+	return nil
+}
+
+// Pause stops the named process with SIGSTOP: it keeps its sockets and
+// state but answers nothing, as a stalled host would.
+func (c *Cluster) Pause(name string) error {
+	return c.jobControl(name, syscall.SIGSTOP, true)
+}
+
+// Resume continues a paused process with SIGCONT.
+func (c *Cluster) Resume(name string) error {
+	return c.jobControl(name, syscall.SIGCONT, false)
+}
+
+func (c *Cluster) jobControl(name string, sig syscall.Signal, paused bool) error {
+	ch, err := c.child(name)
+	if err != nil {
+		return err
+	}
+	ch.op.Lock()
+	defer ch.op.Unlock()
+	r, err := c.live(ch, false)
+	if err != nil {
+		return err
+	}
+	if err := signal(r, sig); err != nil {
+		return fmt.Errorf("launch: %s %s: %w", sig, name, err)
+	}
+	c.mu.Lock()
+	r.paused = paused
+	c.mu.Unlock()
+	return nil
+}
+
+// Restart starts the named process again on the same data dir and address,
+// stopping it first (as Stop does) if it is running. It fails if the port
+// cannot be bound again: the other brokers know the broker by that address.
+func (c *Cluster) Restart(name string) error {
+	ch, err := c.child(name)
+	if err != nil {
+		return err
+	}
+	ch.op.Lock()
+	defer ch.op.Unlock()
+	r, err := c.live(ch, true)
+	switch {
+	case errors.Is(err, ErrNotRunning):
+	case err != nil:
+		return err
+	default:
+		if err := c.stopRun(name, r); err != nil {
+			return err
+		}
+	}
+	ln, _, err := bind(ch.listen)
+	if err != nil {
+		return fmt.Errorf("launch: restart %s: bind its address again: %w", name, err)
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		ln.Close()
+		return ErrClosed
+	}
+	return c.spawn(ch, ln)
+}
+
+// signal sends sig to r's process; a process that has already exited is no error.
+func signal(r *run, sig syscall.Signal) error {
+	if err := r.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	return nil
+}
+
+// appendLine adds a line of the launcher's own to a child's log file.
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_, werr := fmt.Fprintln(f, line)
+	return errors.Join(werr, f.Close())
+}
+
+func stamp() string { return time.Now().Format(time.RFC3339Nano) }

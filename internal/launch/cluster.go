@@ -1,0 +1,350 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tapes-dev/tapes/internal/clusterfile"
+)
+
+// Errors returned by this package; match them with errors.Is.
+var (
+	// ErrBinaryNotFound: FindBinary found the program neither beside the
+	// running executable nor on $PATH.
+	ErrBinaryNotFound = errors.New("binary not found")
+	// ErrLocked: the cluster directory is in use, by a running launcher or
+	// by a process an earlier launcher left behind.
+	ErrLocked = errors.New("cluster directory in use")
+	// ErrUnknownProcess: no process of that name in this cluster.
+	ErrUnknownProcess = errors.New("unknown process")
+	// ErrNotRunning: the process is not running (it exited or was stopped).
+	ErrNotRunning = errors.New("process not running")
+	// ErrClosed: the Cluster was closed.
+	ErrClosed = errors.New("cluster closed")
+)
+
+// ExitEvent reports a child that exited without the launcher asking it to
+// (a crash, a bad flag, a SIGKILL from outside).
+type ExitEvent struct {
+	Name string
+	PID  int
+	// State is how the process ended; its String method reads like
+	// "exit status 1" or "signal: killed".
+	State *os.ProcessState
+	// Log is the file holding the child's output.
+	Log  string
+	Time time.Time
+}
+
+func (e ExitEvent) String() string {
+	return fmt.Sprintf("%s (pid %d) exited: %s", e.Name, e.PID, describeState(e.State))
+}
+
+func describeState(st *os.ProcessState) string {
+	if st == nil {
+		return "unknown status"
+	}
+	return st.String()
+}
+
+// exitEventBuffer is how many unread ExitEvents are kept; further ones are
+// logged and dropped rather than blocking the launcher.
+const exitEventBuffer = 64
+
+// Cluster is a set of running brokers started by Start. All methods are safe
+// for concurrent use; operations on one process (Kill, Stop, Pause, Resume,
+// Restart) are serialised. Kill, Stop, Restart and Close block until the
+// process has exited (Stop and Close at most StopTimeout, then SIGKILL).
+type Cluster struct {
+	dir         string
+	host        string
+	brokerd     string
+	brokerArgs  []string
+	env         []string
+	stopTimeout time.Duration
+	log         *slog.Logger
+	lock        *dirLock
+
+	// Fixed once Start returns.
+	children []*child // in id order
+	byName   map[string]*child
+	peers    string // the --peers value every broker gets
+	others   []clusterfile.Process
+
+	mu     sync.Mutex
+	closed bool
+	events chan ExitEvent
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start launches the brokers of the cluster in o.Dir (a new cluster, or the
+// one its cluster.json describes) and returns once every process has been
+// started; use WaitReady to wait until the cluster serves. It does not wait
+// for ctx beyond that: the brokers run until Close (or their own end). If
+// Start fails, it leaves no process running.
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(o.Dir, "logs"), 0o755); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	lock, err := lockDir(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{
+		dir:         o.Dir,
+		host:        o.Host,
+		brokerd:     o.BrokerdPath,
+		brokerArgs:  append([]string(nil), o.BrokerArgs...),
+		env:         append([]string(nil), o.Env...),
+		stopTimeout: o.StopTimeout,
+		log:         o.Logger,
+		lock:        lock,
+		byName:      map[string]*child{},
+		events:      make(chan ExitEvent, exitEventBuffer),
+	}
+	if err := c.plan(o.Brokers); err != nil {
+		lock.release()
+		return nil, err
+	}
+	listeners, err := c.bindAll()
+	if err != nil {
+		lock.release()
+		return nil, err
+	}
+	for i, ch := range c.children {
+		if ctx.Err() == nil {
+			err = c.spawn(ch, listeners[i])
+		} else {
+			err = fmt.Errorf("launch: %w", ctx.Err())
+			listeners[i].Close()
+		}
+		if err != nil {
+			for _, ln := range listeners[i+1:] {
+				ln.Close()
+			}
+			return nil, errors.Join(err, c.Close())
+		}
+	}
+	c.mu.Lock()
+	err = c.writeFileLocked()
+	c.mu.Unlock()
+	if err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return c, nil
+}
+
+// plan decides the brokers: those of an existing cluster.json, else n new ones.
+func (c *Cluster) plan(n int) error {
+	var procs []clusterfile.Process
+	prev, err := clusterfile.Read(c.dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("launch: %w", err)
+	default:
+		for _, p := range prev.Processes {
+			if p.PID != 0 && processAlive(p.PID) {
+				return fmt.Errorf("%w: %s from an earlier run still runs as pid %d (per %s); stop it (kill %d), or if that pid is now an unrelated process, set its pid to 0 in that file",
+					ErrLocked, p.Name, p.PID, filepath.Join(c.dir, clusterfile.Name), p.PID)
+			}
+			if p.Kind != "broker" {
+				p.PID = 0
+				c.others = append(c.others, p)
+			}
+		}
+		procs = prev.Brokers()
+	}
+	if len(procs) == 0 {
+		if n == 0 {
+			n = DefaultBrokers
+		}
+		for id := 1; id <= n; id++ {
+			procs = append(procs, clusterfile.Process{ID: int32(id)})
+		}
+	} else if n != 0 && n != len(procs) {
+		return fmt.Errorf("launch: %s holds a cluster of %d brokers, not %d: start it with %d brokers, or use another directory",
+			c.dir, len(procs), n, len(procs))
+	}
+	sort.Slice(procs, func(i, j int) bool { return procs[i].ID < procs[j].ID })
+	for i, p := range procs {
+		if p.ID <= 0 || (i > 0 && procs[i-1].ID == p.ID) {
+			return fmt.Errorf("launch: %s: broker id %d is not a unique positive number", filepath.Join(c.dir, clusterfile.Name), p.ID)
+		}
+		name := fmt.Sprintf("broker-%d", p.ID)
+		ch := &child{
+			id:      p.ID,
+			name:    name,
+			dataDir: filepath.Join(c.dir, name),
+			log:     filepath.Join(c.dir, "logs", name+".log"),
+		}
+		ch.proc = clusterfile.Process{Name: name, Kind: "broker", ID: ch.id, Address: p.Address, DataDir: ch.dataDir, Log: ch.log}
+		c.children = append(c.children, ch)
+		c.byName[name] = ch
+	}
+	return nil
+}
+
+// bindAll binds every broker's listener: the port it had before when that
+// port can be bound again, else one the kernel chooses. It fixes each
+// broker's address and the --peers value.
+func (c *Cluster) bindAll() ([]*net.TCPListener, error) {
+	var lns []*net.TCPListener
+	fail := func(err error) ([]*net.TCPListener, error) {
+		for _, ln := range lns {
+			ln.Close()
+		}
+		return nil, err
+	}
+	var peers []string
+	for _, ch := range c.children {
+		var ln *net.TCPListener
+		var addr string
+		var err error
+		if old := ch.proc.Address; old != "" {
+			var want string
+			if want, err = listenAddr(c.host, old); err == nil {
+				ln, addr, err = bind(want)
+			}
+			if err != nil {
+				c.log.Warn("previous port unavailable; broker gets a new one", "name", ch.name, "address", old, "err", err)
+			}
+		}
+		if ln == nil {
+			if ln, addr, err = bind(net.JoinHostPort(c.host, "0")); err != nil {
+				return fail(fmt.Errorf("launch: listen for %s on %s: %w", ch.name, c.host, err))
+			}
+		}
+		if ch.listen, err = listenAddr(c.host, addr); err != nil {
+			ln.Close()
+			return fail(fmt.Errorf("launch: %w", err))
+		}
+		ch.addr = addr
+		ch.proc.Address = addr
+		lns = append(lns, ln)
+		peers = append(peers, strconv.Itoa(int(ch.id))+"="+addr)
+	}
+	c.peers = strings.Join(peers, ",")
+	return lns, nil
+}
+
+// writeFileLocked rewrites DIR/cluster.json from the current state. c.mu held.
+func (c *Cluster) writeFileLocked() error {
+	f := &clusterfile.File{Bootstrap: strings.Join(c.Bootstrap(), ",")}
+	for _, ch := range c.children {
+		f.Processes = append(f.Processes, ch.proc)
+	}
+	f.Processes = append(f.Processes, c.others...)
+	if err := clusterfile.Write(c.dir, f); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	return nil
+}
+
+// Dir returns the cluster directory (absolute).
+func (c *Cluster) Dir() string { return c.dir }
+
+// Bootstrap returns the brokers' addresses in id order.
+func (c *Cluster) Bootstrap() []string {
+	out := make([]string, len(c.children))
+	for i, ch := range c.children {
+		out[i] = ch.addr
+	}
+	return out
+}
+
+// Names returns the names of the processes, brokers in id order.
+func (c *Cluster) Names() []string {
+	out := make([]string, len(c.children))
+	for i, ch := range c.children {
+		out[i] = ch.name
+	}
+	return out
+}
+
+// Process describes the named process as cluster.json does (PID 0 when it
+// is not running).
+func (c *Cluster) Process(name string) (clusterfile.Process, bool) {
+	ch, ok := c.byName[name]
+	if !ok {
+		return clusterfile.Process{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ch.proc, true
+}
+
+// Running reports whether the named process is running (a paused process is).
+func (c *Cluster) Running(name string) bool {
+	ch, ok := c.byName[name]
+	if !ok {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ch.liveLocked() != nil
+}
+
+// Exited delivers an event for every child that exits without the launcher
+// asking it to. It is closed by Close. Events that nobody reads are kept up
+// to a bound, then logged and dropped; the launcher never blocks on them.
+func (c *Cluster) Exited() <-chan ExitEvent { return c.events }
+
+// Close stops every running child: SIGCONT (in case it is paused), SIGTERM,
+// then SIGKILL after StopTimeout, all children at once, and waits for each
+// to exit. It then rewrites cluster.json (every PID 0), closes Exited and
+// releases the directory. Calling it again returns the first call's result.
+func (c *Cluster) Close() error {
+	c.closeOnce.Do(func() { c.closeErr = c.close() })
+	return c.closeErr
+}
+
+func (c *Cluster) close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	errs := make([]error, len(c.children)+2)
+	var wg sync.WaitGroup
+	for i, ch := range c.children {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ch.op.Lock()
+			defer ch.op.Unlock()
+			c.mu.Lock()
+			r := ch.liveLocked()
+			if r != nil {
+				r.expected = true
+			}
+			c.mu.Unlock()
+			if r != nil {
+				c.log.Debug("stopping broker", "name", ch.name, "pid", r.pid)
+				errs[i] = c.stopRun(ch.name, r)
+			}
+		}()
+	}
+	wg.Wait()
+	c.mu.Lock()
+	errs[len(c.children)] = c.writeFileLocked()
+	close(c.events)
+	c.mu.Unlock()
+	errs[len(c.children)+1] = c.lock.release()
+	return errors.Join(errs...)
+}

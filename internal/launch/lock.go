@@ -1,0 +1,75 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// LockName is the lock file inside the cluster directory. It holds the PID
+// of the launcher that owns the directory; the lock itself is an flock(2) on
+// it, which the kernel drops when that launcher dies, however it dies.
+const LockName = "launcher.lock"
+
+// dirLock is a held lock on a cluster directory.
+type dirLock struct{ f *os.File }
+
+// lockDir takes the directory's lock without waiting. When another launcher
+// holds it the error wraps ErrLocked and names that launcher's PID.
+func lockDir(dir string) (*dirLock, error) {
+	path := filepath.Join(dir, LockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("launch: lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		defer f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			holder := "another process"
+			if b, rerr := os.ReadFile(path); rerr == nil {
+				if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
+					holder = fmt.Sprintf("pid %d", pid)
+				}
+			}
+			return nil, fmt.Errorf("%w: %s: another launcher (%s), such as a `cluster up`, runs on it; stop that one first (Ctrl-C in its terminal) or use another directory",
+				ErrLocked, dir, holder)
+		}
+		return nil, fmt.Errorf("launch: lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("launch: write %s: %w", path, err)
+	}
+	return &dirLock{f: f}, nil
+}
+
+// release empties the file and drops the lock. The file stays: removing a
+// locked file would let two launchers lock two different files of one name.
+func (l *dirLock) release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	terr := l.f.Truncate(0)
+	cerr := l.f.Close()
+	l.f = nil
+	if err := errors.Join(terr, cerr); err != nil {
+		return fmt.Errorf("launch: release lock: %w", err)
+	}
+	return nil
+}
+
+// processAlive reports whether a process with this PID exists (signal 0).
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

@@ -1,0 +1,13 @@
+//go:build unix && !linux
+
+package launch
+
+import "syscall"
+
+// childAttrs puts a broker in its own process group, so that a terminal's
+// Ctrl-C reaches only the launcher, which then stops the brokers itself.
+// (This system has no parent-death signal: brokers outlive a launcher that
+// is killed with SIGKILL, and the next Start refuses until they are gone.)
+func childAttrs() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}

@@ -1,0 +1,124 @@
+package metadata
+
+import (
+	"bytes"
+	"io"
+	"slices"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tapes-dev/tapes/internal/kerr"
+)
+
+func apply(t *testing.T, f *FSM, c *Command) *Result {
+	t.Helper()
+	return f.Apply(&raft.Log{Data: c.Encode()}).(*Result)
+}
+
+func TestCreateUpdateDeleteTopic(t *testing.T) {
+	f := NewFSM()
+	for id := BrokerID(1); id <= 3; id++ {
+		apply(t, f, &Command{Op: OpRegisterBroker, Broker: &Broker{ID: id, Address: "127.0.0.1:1"}})
+	}
+	parts, err := Assign(f.Clone().BrokerIDs(), 3, 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := &Topic{Name: "orders", Configs: map[string]string{ConfigMinInsyncReplicas: "2"}}
+	for _, r := range parts {
+		topic.Partitions = append(topic.Partitions, PartitionState{Replicas: r})
+	}
+	res := apply(t, f, &Command{Op: OpCreateTopic, Topic: topic})
+	if res.Err() != nil || res.TopicID == 0 {
+		t.Fatalf("create: %+v", res)
+	}
+	if again := apply(t, f, &Command{Op: OpCreateTopic, Topic: topic}); !kerr.Is(again.Err(), kerr.TopicAlreadyExists) {
+		t.Fatalf("second create: %v", again.Err())
+	}
+	id := res.TopicID
+	// Leader 2 at epoch 5 reports; then a deposed leader at epoch 4 is ignored.
+	apply(t, f, &Command{Op: OpUpdatePartition, Name: "orders", TopicID: id, Partition: 1, Leader: 2, Epoch: 5, ISR: []BrokerID{3, 2}})
+	apply(t, f, &Command{Op: OpUpdatePartition, Name: "orders", TopicID: id, Partition: 1, Leader: 3, Epoch: 4, ISR: []BrokerID{3}})
+	p := f.Clone().Topics["orders"].Partitions[1]
+	if p.Leader != 2 || p.Epoch != 5 || !slices.Equal(p.ISR, []BrokerID{2, 3}) {
+		t.Fatalf("partition after reports = %+v, want leader 2 epoch 5 isr [2 3]", p)
+	}
+	// A report for an older incarnation of the topic is refused.
+	if r := apply(t, f, &Command{Op: OpUpdatePartition, Name: "orders", TopicID: id + 7, Partition: 1, Leader: 2, Epoch: 9}); !kerr.Is(r.Err(), kerr.UnknownTopicOrPartition) {
+		t.Fatalf("stale topic id: %v", r.Err())
+	}
+	// Snapshot and restore into a fresh FSM give the same state.
+	snap, _ := f.Snapshot()
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	g := NewFSM()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if gp := g.Clone().Topics["orders"].Partitions[1]; gp.Epoch != 5 || g.Clone().NextTopicID != f.Clone().NextTopicID {
+		t.Fatalf("restored state differs: %+v", gp)
+	}
+	if r := apply(t, f, &Command{Op: OpDeleteTopic, Name: "orders"}); r.Err() != nil {
+		t.Fatal(r.Err())
+	}
+	if _, ok := f.Clone().Topics["orders"]; ok {
+		t.Fatal("topic still there after delete")
+	}
+	if r := apply(t, f, &Command{Op: OpDeleteTopic, Name: "orders"}); !kerr.Is(r.Err(), kerr.UnknownTopicOrPartition) {
+		t.Fatalf("delete of a missing topic: %v", r.Err())
+	}
+}
+
+func TestAssignSpreadsReplicasAndLeaders(t *testing.T) {
+	parts, err := Assign([]BrokerID{3, 1, 2}, 6, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders := map[BrokerID]int{}
+	for _, r := range parts {
+		leaders[r[0]]++
+		if len(r) != 3 || r[0] == r[1] || r[1] == r[2] || r[0] == r[2] {
+			t.Fatalf("replicas %v are not 3 distinct brokers", r)
+		}
+	}
+	if leaders[1] != 2 || leaders[2] != 2 || leaders[3] != 2 {
+		t.Fatalf("preferred leaders not balanced: %v", leaders)
+	}
+	for _, bad := range []struct {
+		p, rf int
+		code  kerr.Code
+	}{{0, 1, kerr.InvalidPartitions}, {1, 0, kerr.InvalidReplicationFactor}, {1, 4, kerr.InvalidReplicationFactor}} {
+		if _, err := Assign([]BrokerID{1, 2, 3}, bad.p, bad.rf, 0); !kerr.Is(err, bad.code) {
+			t.Errorf("Assign(p=%d, rf=%d) = %v, want %s", bad.p, bad.rf, err, bad.code)
+		}
+	}
+}
+
+func TestValidation(t *testing.T) {
+	for _, name := range []string{"", ".", "..", "a b", "ü", string(make([]byte, 250))} {
+		if err := ValidateTopicName(name); !kerr.Is(err, kerr.InvalidTopic) {
+			t.Errorf("ValidateTopicName(%q) = %v", name, err)
+		}
+	}
+	if err := ValidateTopicName("orders_v1.2-x"); err != nil {
+		t.Errorf("valid name refused: %v", err)
+	}
+	c, err := ParseTopicConfig(map[string]string{ConfigSegmentBytes: "4096", ConfigRetentionMs: "-1"})
+	if err != nil || c.SegmentBytes != 4096 || c.RetentionMs != -1 || c.MinInsyncReplicas != 1 {
+		t.Fatalf("ParseTopicConfig = %+v, %v", c, err)
+	}
+	for _, bad := range []map[string]string{{"colour": "1"}, {ConfigMinInsyncReplicas: "0"}, {ConfigRetentionMs: "soon"}} {
+		if _, err := ParseTopicConfig(bad); !kerr.Is(err, kerr.InvalidConfig) {
+			t.Errorf("ParseTopicConfig(%v) = %v", bad, err)
+		}
+	}
+}
+
+type memSink struct{ bytes.Buffer }
+
+func (m *memSink) ID() string    { return "mem" }
+func (m *memSink) Cancel() error { return nil }
+func (m *memSink) Close() error  { return nil }

@@ -1,0 +1,271 @@
+package raftnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
+)
+
+// AppendObserver is told about every AppendEntries that carried log state
+// (every one but heartbeats) and got an answer from the peer: the request as
+// sent, the peer's response, and when the call started. With resp.Success,
+// the peer's log matches the leader's up to
+// req.PrevLogEntry + len(req.Entries).
+//
+// It is called synchronously by the Transport, on the goroutine of
+// hashicorp/raft that replicates to that peer, after the RPC returned and
+// before raft sees the response. It must be cheap and must not block; it must
+// not keep or modify req or resp.
+type AppendObserver func(peer raft.ServerID, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, sentAt time.Time)
+
+// Transport is the raft.Transport of one Raft group on a Mux. Outbound RPCs
+// go over the Mux's shared connections; inbound RPCs for the group arrive on
+// Consumer (or the heartbeat handler). A Transport is used by exactly one
+// raft.Raft.
+type Transport struct {
+	mux   *Mux
+	name  string
+	local raft.ServerAddress
+
+	// consumeCh is unbuffered: an inbound RPC waits until raft's run
+	// goroutine takes it, or until its caller's deadline or Close.
+	consumeCh chan raft.RPC
+
+	// heartbeatFn is set by raft (SetHeartbeatHandler) and called on the
+	// gRPC handler goroutine for heartbeats, bypassing consumeCh.
+	heartbeatFn atomic.Pointer[func(raft.RPC)]
+	// observer is set by SetAppendObserver; nil means none.
+	observer atomic.Pointer[AppendObserver]
+
+	// ctx is the parent of every outbound call; cancel (Close) makes calls in
+	// flight fail at once, and its Done channel releases inbound handlers
+	// and snapshot readers. Once done, the Transport is not in mux.groups.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+var (
+	_ raft.Transport = (*Transport)(nil)
+	_ raft.WithClose = (*Transport)(nil)
+)
+
+func newTransport(m *Mux, name string) *Transport {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Transport{
+		mux:       m,
+		name:      name,
+		local:     raft.ServerAddress(m.cfg.LocalID),
+		consumeCh: make(chan raft.RPC),
+		ctx:       ctx,
+		cancel:    cancel,
+	}
+}
+
+// Name returns the Raft group the Transport carries.
+func (t *Transport) Name() string { return t.name }
+
+// SetAppendObserver sets (or, with nil, removes) the observer of answered
+// AppendEntries. It may be called at any time.
+func (t *Transport) SetAppendObserver(fn AppendObserver) {
+	if fn == nil {
+		t.observer.Store(nil)
+		return
+	}
+	t.observer.Store(&fn)
+}
+
+// Consumer implements raft.Transport.
+func (t *Transport) Consumer() <-chan raft.RPC { return t.consumeCh }
+
+// LocalAddr implements raft.Transport: the broker id, as the ServerID.
+func (t *Transport) LocalAddr() raft.ServerAddress { return t.local }
+
+// AppendEntriesPipeline implements raft.Transport. Pipelining is not
+// supported; raft then replicates with one AppendEntries at a time.
+func (t *Transport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+// EncodePeer implements raft.Transport. Addresses are broker ids and are
+// carried as they are.
+func (t *Transport) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte {
+	return []byte(addr)
+}
+
+// DecodePeer implements raft.Transport.
+func (t *Transport) DecodePeer(buf []byte) raft.ServerAddress { return raft.ServerAddress(buf) }
+
+// SetHeartbeatHandler implements raft.Transport. raft calls it once, when it
+// starts; cb is then called for each inbound heartbeat on the gRPC handler
+// goroutine, so that heartbeats do not queue behind a long AppendEntries.
+func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
+	if cb == nil {
+		t.heartbeatFn.Store(nil)
+		return
+	}
+	t.heartbeatFn.Store(&cb)
+}
+
+// Close implements raft.WithClose. Outbound calls in flight and later ones
+// fail with raft.ErrTransportShutdown, inbound calls waiting for raft are
+// answered "unknown raft group", and the group leaves the Mux, so that it may
+// be opened again. Close never blocks; close the Transport before waiting on
+// raft's Shutdown. It is idempotent and always returns nil.
+func (t *Transport) Close() error {
+	t.cancel()
+	t.mux.unregister(t)
+	return nil
+}
+
+// AppendEntries implements raft.Transport. A heartbeat gets the Mux's
+// HeartbeatTimeout as deadline, any other request RPCTimeout. After an
+// answered non-heartbeat request the AppendObserver is called.
+func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	heartbeat := isHeartbeat(args)
+	timeout := t.mux.cfg.RPCTimeout
+	if heartbeat {
+		timeout = t.mux.cfg.HeartbeatTimeout
+	}
+	c, err := t.client(target)
+	if err != nil {
+		return t.fail("append entries", target, err)
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, timeout)
+	defer cancel()
+	sentAt := time.Now()
+	out, err := c.AppendEntries(ctx, appendEntriesRequestToProto(t.name, args))
+	if err != nil {
+		return t.fail("append entries", target, err)
+	}
+	appendEntriesResponseFromProto(out, resp)
+	if !heartbeat {
+		if fn := t.observer.Load(); fn != nil {
+			(*fn)(id, args, resp, sentAt)
+		}
+	}
+	return nil
+}
+
+// RequestVote implements raft.Transport.
+func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	c, err := t.client(target)
+	if err != nil {
+		return t.fail("request vote", target, err)
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, t.mux.cfg.RPCTimeout)
+	defer cancel()
+	out, err := c.RequestVote(ctx, requestVoteRequestToProto(t.name, args))
+	if err != nil {
+		return t.fail("request vote", target, err)
+	}
+	requestVoteResponseFromProto(out, resp)
+	return nil
+}
+
+// TimeoutNow implements raft.Transport.
+func (t *Transport) TimeoutNow(_ raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	c, err := t.client(target)
+	if err != nil {
+		return t.fail("timeout now", target, err)
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, t.mux.cfg.RPCTimeout)
+	defer cancel()
+	out, err := c.TimeoutNow(ctx, timeoutNowRequestToProto(t.name, args))
+	if err != nil {
+		return t.fail("timeout now", target, err)
+	}
+	timeoutNowResponseFromProto(out, resp)
+	return nil
+}
+
+// InstallSnapshot implements raft.Transport: one client stream whose first
+// message carries args and whose next ones carry data in chunks of up to
+// 256 KiB, until data is exhausted. The deadline is SnapshotTimeout plus one
+// second per MiB of args.Size.
+func (t *Transport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	c, err := t.client(target)
+	if err != nil {
+		return t.fail("install snapshot", target, err)
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, t.mux.snapshotDeadline(args.Size))
+	defer cancel()
+	stream, err := c.InstallSnapshot(ctx)
+	if err != nil {
+		return t.fail("install snapshot", target, err)
+	}
+	err = stream.Send(&raftv1.InstallSnapshotRequest{Meta: installSnapshotMetaToProto(t.name, args)})
+	switch {
+	case err == nil:
+		err = sendSnapshotData(stream, data, args.Size)
+	case errors.Is(err, io.EOF):
+		// The peer ended the stream already; CloseAndRecv returns why.
+		err = nil
+	}
+	if err != nil {
+		return t.fail("install snapshot", target, err)
+	}
+	out, err := stream.CloseAndRecv()
+	if err != nil {
+		return t.fail("install snapshot", target, err)
+	}
+	installSnapshotResponseFromProto(out, resp)
+	return nil
+}
+
+// sendSnapshotData streams data in chunks. A Send returning io.EOF means the
+// peer has answered already (it read Size bytes, or refused the snapshot):
+// the caller's CloseAndRecv then returns that answer.
+func sendSnapshotData(stream raftv1.RaftService_InstallSnapshotClient, data io.Reader, size int64) error {
+	remaining := size
+	for {
+		// A new buffer per message: gRPC does not promise that a sent
+		// message is no longer referenced once Send returns.
+		n := int64(snapshotChunkSize)
+		if remaining > 0 && remaining < n {
+			n = remaining
+		}
+		buf := make([]byte, n)
+		read, rerr := io.ReadFull(data, buf)
+		if read > 0 {
+			remaining -= int64(read)
+			if err := stream.Send(&raftv1.InstallSnapshotRequest{Data: buf[:read]}); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return err
+			}
+		}
+		switch {
+		case rerr == nil:
+		case errors.Is(rerr, io.EOF), errors.Is(rerr, io.ErrUnexpectedEOF):
+			return nil
+		default:
+			return fmt.Errorf("read snapshot: %w", rerr)
+		}
+	}
+}
+
+// client returns the stub for target, or raft.ErrTransportShutdown once the
+// Transport is closed.
+func (t *Transport) client(target raft.ServerAddress) (raftv1.RaftServiceClient, error) {
+	if t.ctx.Err() != nil {
+		return nil, raft.ErrTransportShutdown
+	}
+	return t.mux.client(target)
+}
+
+// fail wraps the error of an outbound call. Once the Transport is closed
+// every failure is raft.ErrTransportShutdown, whatever the call saw.
+func (t *Transport) fail(op string, target raft.ServerAddress, err error) error {
+	if t.ctx.Err() != nil || errors.Is(err, raft.ErrTransportShutdown) {
+		return raft.ErrTransportShutdown
+	}
+	return fmt.Errorf("raftnet: group %s: %s to %s: %w", t.name, op, target, remoteError(err))
+}

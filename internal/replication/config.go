@@ -1,0 +1,154 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/raftnet"
+)
+
+// RaftTimings are the Raft settings every partition group of a broker uses.
+type RaftTimings struct {
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotInterval   time.Duration
+	SnapshotThreshold  uint64
+	TrailingLogs       uint64
+}
+
+// DefaultRaftTimings pairs a 500 ms heartbeat with a 500 ms leader lease
+// (250 ms leases caused leader churn under load) and a 1 s CommitTimeout
+// (the idle AppendEntries that also confirms each follower's log end for
+// the ISR).
+func DefaultRaftTimings() RaftTimings {
+	return RaftTimings{
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		CommitTimeout:      time.Second,
+		SnapshotInterval:   2 * time.Minute,
+		SnapshotThreshold:  8192,
+		TrailingLogs:       10240,
+	}
+}
+
+// Validate checks the relations hashicorp/raft requires and that the ISR
+// needs.
+func (t RaftTimings) Validate() error {
+	switch {
+	case t.HeartbeatTimeout < 5*time.Millisecond:
+		return fmt.Errorf("%w: heartbeat timeout %v", ErrBadTiming, t.HeartbeatTimeout)
+	case t.LeaderLeaseTimeout > t.HeartbeatTimeout:
+		return fmt.Errorf("%w: leader lease %v exceeds heartbeat timeout %v", ErrBadTiming, t.LeaderLeaseTimeout, t.HeartbeatTimeout)
+	case t.ElectionTimeout < t.HeartbeatTimeout:
+		return fmt.Errorf("%w: election timeout %v is below heartbeat timeout %v", ErrBadTiming, t.ElectionTimeout, t.HeartbeatTimeout)
+	case t.CommitTimeout <= 0:
+		return fmt.Errorf("%w: commit timeout %v", ErrBadTiming, t.CommitTimeout)
+	case t.SnapshotThreshold == 0 || t.SnapshotInterval <= 0:
+		return fmt.Errorf("%w: snapshot threshold %d, interval %v", ErrBadTiming, t.SnapshotThreshold, t.SnapshotInterval)
+	}
+	return nil
+}
+
+// raftConfig returns the hashicorp/raft configuration for one group.
+func (t RaftTimings) raftConfig(local metadata.BrokerID) *raft.Config {
+	c := raft.DefaultConfig()
+	c.LocalID = ServerID(local)
+	c.HeartbeatTimeout = t.HeartbeatTimeout
+	c.ElectionTimeout = t.ElectionTimeout
+	c.LeaderLeaseTimeout = t.LeaderLeaseTimeout
+	c.CommitTimeout = t.CommitTimeout
+	c.SnapshotInterval = t.SnapshotInterval
+	c.SnapshotThreshold = t.SnapshotThreshold
+	c.TrailingLogs = t.TrailingLogs
+	// The partition log is the durable state: Raft replays only what
+	// follows its last snapshot, and the FSM skips what the log holds.
+	c.NoSnapshotRestoreOnStart = true
+	return c
+}
+
+// Errors of this package.
+var (
+	// ErrBadTiming: Raft timings that hashicorp/raft would refuse or that
+	// break the ISR.
+	ErrBadTiming = errors.New("invalid raft timing")
+	// ErrClosed: the replica was closed.
+	ErrClosed = errors.New("replica closed")
+)
+
+// ServerID is the Raft id (and address) of a broker: its id in decimal. The
+// raftnet transport resolves it to a network address.
+func ServerID(id metadata.BrokerID) raft.ServerID { return raft.ServerID(fmt.Sprint(id)) }
+
+// BrokerOf parses a Raft server id back to a broker id (-1 when malformed).
+func BrokerOf(id raft.ServerID) metadata.BrokerID {
+	var b int32
+	if _, err := fmt.Sscan(string(id), &b); err != nil {
+		return -1
+	}
+	return metadata.BrokerID(b)
+}
+
+// GroupName is the Raft group name of a partition; the topic id keeps a
+// recreated topic's groups apart from the deleted one's.
+func GroupName(topic string, partition int32, id metadata.TopicID) string {
+	return fmt.Sprintf("%s-%d@%d", topic, partition, id)
+}
+
+// Transport is what a replica needs of its Raft transport (internal/raftnet):
+// a raft.Transport that reports each follower's AppendEntries answers.
+type Transport interface {
+	raft.Transport
+	raft.WithClose
+	// SetAppendObserver registers fn, called on the replicating goroutine
+	// after every answered non-heartbeat AppendEntries; fn must not block.
+	SetAppendObserver(fn raftnet.AppendObserver)
+}
+
+// Report is a leader's view of its partition, sent to the controller.
+type Report struct {
+	Topic     string
+	TopicID   metadata.TopicID
+	Partition int32
+	Leader    metadata.BrokerID
+	Epoch     int64
+	ISR       []metadata.BrokerID
+}
+
+// Config describes one replica.
+type Config struct {
+	Topic     string
+	TopicID   metadata.TopicID
+	Partition int32
+	// Dir holds raft.db, snapshots/ and log/.
+	Dir         string
+	LocalID     metadata.BrokerID
+	Replicas    []metadata.BrokerID
+	TopicConfig metadata.TopicConfig
+	Raft        RaftTimings
+	// ReplicaLagTimeMax: a follower that has not caught up to the leader's
+	// log end within this long leaves the ISR (replica.lag.time.max.ms).
+	ReplicaLagTimeMax time.Duration
+	// RetentionCheckInterval: how often the leader checks retention.
+	RetentionCheckInterval time.Duration
+	Transport              Transport
+	// Observer, if set, is registered on the Raft instance (the broker's one
+	// non-blocking observer for all groups).
+	Observer *raft.Observer
+	// LeaderAddress resolves a broker id to its client address for
+	// NOT_LEADER_OR_FOLLOWER hints ("" if unknown). Called from request
+	// goroutines; must not block.
+	LeaderAddress func(metadata.BrokerID) string
+	// OnReport is called (from the replica's goroutines, never with a lock
+	// held) when this replica becomes a ready leader or its ISR changes. It
+	// must not block.
+	OnReport func(Report)
+	Logger   *slog.Logger
+}

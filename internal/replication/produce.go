@@ -1,0 +1,179 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/storage"
+)
+
+// Acks values as Kafka spells them.
+const (
+	AcksNone   = 0
+	AcksLeader = 1
+	AcksAll    = -1
+)
+
+// ProduceResult is a successful Produce.
+type ProduceResult struct {
+	// BaseOffset is -1 with acks=0; with acks=1 it is provisional (the
+	// offset the entry gets if it commits).
+	BaseOffset int64
+	LogStart   int64
+	Epoch      int64
+}
+
+// notLeader builds NOT_LEADER_OR_FOLLOWER with the leader Raft knows.
+func (r *Replica) notLeader(why string) error {
+	_, id := r.raft.LeaderWithID()
+	leader := metadata.BrokerID(-1)
+	addr := ""
+	if id != "" {
+		leader = BrokerOf(id)
+		if r.cfg.LeaderAddress != nil {
+			addr = r.cfg.LeaderAddress(leader)
+		}
+	}
+	return kerr.NotLeader(int32(leader), addr, int64(r.raft.CurrentTerm()),
+		"broker %d %s for %s-%d (leader: %d)", r.cfg.LocalID, why, r.cfg.Topic, r.cfg.Partition, leader)
+}
+
+// readyTerm returns the term in which this replica is a ready leader, or a
+// NOT_LEADER_OR_FOLLOWER error.
+func (r *Replica) readyTerm() (uint64, error) {
+	if r.closed.Load() {
+		return 0, r.notLeader("is closing its replica")
+	}
+	r.lead.mu.Lock()
+	term := r.lead.readyTerm
+	r.lead.mu.Unlock()
+	if term == 0 {
+		if r.raft.State() == raft.Leader {
+			return 0, kerr.New(kerr.LeaderNotAvailable, "broker %d was just elected leader of %s-%d and is catching up", r.cfg.LocalID, r.cfg.Topic, r.cfg.Partition)
+		}
+		return 0, r.notLeader("is not the leader")
+	}
+	return term, nil
+}
+
+// Produce appends one batch. The batch must have passed Validate.
+//
+//   - acks=0: answered once Raft accepted the entry for replication.
+//   - acks=1: answered when the entry is in the leader's own Raft log,
+//     before any follower has it; the offset is provisional.
+//   - acks=all: refused with NOT_ENOUGH_REPLICAS (nothing appended) when the
+//     ISR is smaller than min.insync.replicas; answered when Raft committed
+//     and applied the entry; NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR
+//     shrank below the minimum meanwhile.
+func (r *Replica) Produce(ctx context.Context, acks int, b storage.Batch) (ProduceResult, error) {
+	term, err := r.readyTerm()
+	if err != nil {
+		return ProduceResult{}, err
+	}
+	if acks != AcksNone && acks != AcksLeader && acks != AcksAll {
+		return ProduceResult{}, kerr.New(kerr.InvalidRequiredAcks, "acks=%d: use 0, 1 or -1 (all)", acks)
+	}
+	if int64(len(b)) > r.cfg.TopicConfig.MaxMessageBytes {
+		return ProduceResult{}, kerr.New(kerr.RecordTooLarge, "batch of %d bytes exceeds max.message.bytes=%d of topic %s", len(b), r.cfg.TopicConfig.MaxMessageBytes, r.cfg.Topic)
+	}
+	minISR := r.cfg.TopicConfig.MinInsyncReplicas
+	if acks == AcksAll {
+		if isr := r.ISR(); len(isr) < minISR {
+			return ProduceResult{}, kerr.New(kerr.NotEnoughReplicas, "%s-%d has ISR %s (%d), min.insync.replicas=%d", r.cfg.Topic, r.cfg.Partition, metadata.JoinIDs(isr), len(isr), minISR)
+		}
+	}
+	var id uint64
+	var stored chan int64
+	if acks == AcksLeader {
+		id = nextRequestID.Add(1)
+		stored = make(chan int64, 1)
+		r.lead.mu.Lock()
+		r.lead.waiters[id] = stored
+		r.lead.mu.Unlock()
+		defer func() {
+			r.lead.mu.Lock()
+			delete(r.lead.waiters, id)
+			r.lead.mu.Unlock()
+		}()
+	}
+	enqueue := time.Second
+	if d, ok := ctx.Deadline(); ok {
+		enqueue = time.Until(d)
+	}
+	future := r.raft.Apply(encodeBatchCmd(id, b), enqueue)
+	res := ProduceResult{BaseOffset: -1, LogStart: r.log.StartOffset(), Epoch: int64(term)}
+	switch acks {
+	case AcksNone:
+		return res, nil
+	case AcksLeader:
+		done := make(chan error, 1)
+		go func() { done <- future.Error() }()
+		select {
+		case base := <-stored:
+			res.BaseOffset = base
+			return res, nil
+		case err := <-done:
+			// The entry failed, or committed before the store hook saw it
+			// (leadership changed in between): use the applied result.
+			if err != nil {
+				return ProduceResult{}, r.applyErr(err)
+			}
+			return r.committed(future, res, 0)
+		case <-ctx.Done():
+			return ProduceResult{}, kerr.New(kerr.RequestTimedOut, "acks=1: the leader's log did not take the batch in time: %v", ctx.Err())
+		}
+	default:
+		if err := waitFuture(ctx, future); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return ProduceResult{}, kerr.New(kerr.RequestTimedOut, "acks=all: not committed in time (a quorum of %s-%d may be unreachable); the batch may still commit", r.cfg.Topic, r.cfg.Partition)
+			}
+			return ProduceResult{}, r.applyErr(err)
+		}
+		return r.committed(future, res, minISR)
+	}
+}
+
+// committed reads the FSM's answer of a committed entry and applies the
+// after-append ISR check (minISR 0 skips it).
+func (r *Replica) committed(future raft.ApplyFuture, res ProduceResult, minISR int) (ProduceResult, error) {
+	ar, ok := future.Response().(applyResult)
+	if !ok {
+		return ProduceResult{}, kerr.New(kerr.UnknownServerError, "unexpected apply response %T", future.Response())
+	}
+	if ar.err != nil {
+		if errors.Is(ar.err, storage.ErrCorruptBatch) {
+			return ProduceResult{}, kerr.New(kerr.CorruptMessage, "%v", ar.err)
+		}
+		return ProduceResult{}, kerr.New(kerr.KafkaStorageError, "%v", ar.err)
+	}
+	res.BaseOffset = ar.baseOffset
+	res.LogStart = r.log.StartOffset()
+	if minISR > 0 {
+		if isr := r.ISR(); len(isr) < minISR {
+			e := kerr.New(kerr.NotEnoughReplicasAfterAppend, "batch committed at offset %d of %s-%d, but the ISR is now %s (%d), min.insync.replicas=%d",
+				ar.baseOffset, r.cfg.Topic, r.cfg.Partition, metadata.JoinIDs(isr), len(isr), minISR)
+			return ProduceResult{}, e
+		}
+	}
+	return res, nil
+}
+
+// applyErr maps a Raft future's error to a Kafka error. Leadership lost
+// after the entry was accepted is an unknown outcome: REQUEST_TIMED_OUT, not
+// NOT_LEADER_OR_FOLLOWER (which promises nothing was appended).
+func (r *Replica) applyErr(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrRaftShutdown):
+		return r.notLeader("is not the leader")
+	case isLeadershipErr(err):
+		return kerr.New(kerr.RequestTimedOut, "leadership of %s-%d was lost before the batch committed; it may or may not be in the log", r.cfg.Topic, r.cfg.Partition)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return kerr.New(kerr.RequestTimedOut, "the leader of %s-%d is overloaded: %v", r.cfg.Topic, r.cfg.Partition, err)
+	}
+	return kerr.New(kerr.UnknownServerError, "%v", err)
+}

@@ -1,0 +1,70 @@
+package systest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/kerr"
+)
+
+// TestRetentionDeletesSegments: with small segments and retention.bytes,
+// the leader's retention deletes whole segments on every replica; a fetch
+// below the new log start is OFFSET_OUT_OF_RANGE carrying the log start, and
+// a fetch past the high watermark too.
+func TestRetentionDeletesSegments(t *testing.T) {
+	e := startCluster(t, 3)
+	e.createTopic("short", 1, 3, map[string]string{"segment.bytes": "4096", "retention.bytes": "8192"})
+	for i := 0; i < 40; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		recs := records("r", i*10, 10)
+		for _, r := range recs {
+			r.Value = append(r.Value, []byte(strings.Repeat("x", 90))...)
+		}
+		if _, err := e.cl.Produce(ctx, &tapesv1.ProduceRequest{Topic: "short", Partition: 0, Acks: -1, Records: recs}); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	var start int64
+	e.waitFor(20*time.Second, "retention to advance the log start on every replica", func() bool {
+		pm := e.partition("short", 0)
+		if pm.LogStartOffset <= 0 {
+			return false
+		}
+		start = pm.LogStartOffset
+		for _, b := range e.brokers() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			resp, err := e.cl.DescribeReplicas(ctx, b.ID)
+			cancel()
+			if err != nil {
+				return false
+			}
+			for _, r := range resp.Replicas {
+				if r.Topic == "short" && r.LogStartOffset < start {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	t.Logf("log start advanced to %d of 400", start)
+	_, err := e.cl.Fetch(context.Background(), &tapesv1.FetchRequest{Topic: "short", Partition: 0, Offset: 0})
+	ke, ok := kerr.As(err)
+	if !ok || ke.Code() != kerr.OffsetOutOfRange {
+		t.Fatalf("fetch at 0 after retention: %v, want %s", err, kerr.OffsetOutOfRange)
+	}
+	if ke.Detail.LogStartOffset < start {
+		t.Fatalf("OFFSET_OUT_OF_RANGE carries log start %d, want >= %d", ke.Detail.LogStartOffset, start)
+	}
+	recs := e.readAll("short", 0)
+	if len(recs) == 0 || recs[0].Offset != e.partition("short", 0).LogStartOffset || recs[len(recs)-1].Offset != 399 {
+		t.Fatalf("read back [%d..%d], want [log start..399]", recs[0].Offset, recs[len(recs)-1].Offset)
+	}
+	_, err = e.cl.Fetch(context.Background(), &tapesv1.FetchRequest{Topic: "short", Partition: 0, Offset: 401})
+	if !kerr.Is(err, kerr.OffsetOutOfRange) {
+		t.Fatalf("fetch past the high watermark: %v, want %s", err, kerr.OffsetOutOfRange)
+	}
+}
