@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -384,7 +386,13 @@ func TestResolverChange(t *testing.T) {
 // every field included, and the sender exactly the response; snapshot data
 // of several chunks arrives byte for byte.
 func TestWireRoundTrip(t *testing.T) {
-	c := newCluster(t, 2, Config{})
+	var dials atomic.Int32
+	dialer := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	})
+	c := newCluster(t, 2, Config{DialOptions: []grpc.DialOption{dialer}})
 	a, err := c.brokers[0].mux.Group("wire")
 	if err != nil {
 		t.Fatal(err)
@@ -496,6 +504,10 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(&gotIS, isResp) {
 		t.Errorf("InstallSnapshot response %#v, want %#v", gotIS, isResp)
+	}
+
+	if dials.Load() == 0 {
+		t.Error("the dialer of Config.DialOptions was not used")
 	}
 
 	// An error raft answers with comes back as an error, not a response.

@@ -169,19 +169,15 @@ func load(dir string, cfg Config, logger *slog.Logger) (st logState, err error) 
 			logger.Info("storage: rebuilding segment indexes", "segment", s.logPath, "reason", lerr)
 		}
 		rebuilt = append(rebuilt, true)
-		stop := s.rebuild(size, cfg.IndexIntervalBytes, prevRaft)
+		cut, err := scanAndCut(s, size, cfg.IndexIntervalBytes, prevRaft, logger)
+		if err != nil {
+			return st, err
+		}
 		prevRaft = max(prevRaft, s.lastRaftIndex)
-		if stop == nil {
-			continue
+		if cut {
+			removeSegmentFiles(dir, bases[i+1:], logger)
+			break
 		}
-		logger.Warn("storage: cutting the log at a torn or corrupt batch",
-			"segment", s.logPath, "position", s.size, "bytes_cut", size-s.size,
-			"first_offset_cut", s.next, "reason", stop)
-		if err := s.f.Truncate(s.size); err != nil {
-			return st, fmt.Errorf("truncate %s: %w", s.logPath, err)
-		}
-		removeSegmentFiles(dir, bases[i+1:], logger)
-		break
 	}
 	if len(st.segs) == 0 {
 		s, err := createSegment(dir, max(ckpt.LogStartOffset, 0))
@@ -198,8 +194,8 @@ func load(dir string, cfg Config, logger *slog.Logger) (st logState, err error) 
 		if last > 0 {
 			prevRaft = st.segs[last-1].lastRaftIndex
 		}
-		if err := s.rebuild(s.size, cfg.IndexIntervalBytes, prevRaft); err != nil {
-			return st, fmt.Errorf("rescan %s: %w", s.logPath, err)
+		if _, err := scanAndCut(s, s.size, cfg.IndexIntervalBytes, prevRaft, logger); err != nil {
+			return st, err
 		}
 		rebuilt[last] = true
 	}
@@ -239,6 +235,23 @@ func load(dir string, cfg Config, logger *slog.Logger) (st logState, err error) 
 	}
 	st.segs = st.segs[drop:]
 	return st, nil
+}
+
+// scanAndCut rebuilds s from a scan of its size bytes. When the scan stops
+// at a torn or corrupt frame, it truncates the file there, logs what was cut,
+// and reports cut.
+func scanAndCut(s *segment, size int64, interval int, prevRaft uint64, logger *slog.Logger) (cut bool, err error) {
+	stop := s.rebuild(size, interval, prevRaft)
+	if stop == nil {
+		return false, nil
+	}
+	logger.Warn("storage: cutting the log at a torn or corrupt batch",
+		"segment", s.logPath, "position", s.size, "bytes_cut", size-s.size,
+		"first_offset_cut", s.next, "reason", stop)
+	if err := s.f.Truncate(s.size); err != nil {
+		return true, fmt.Errorf("truncate %s: %w", s.logPath, err)
+	}
+	return true, nil
 }
 
 // listSegments returns the base offsets of the segment files in dir, in
@@ -318,9 +331,9 @@ func removeSegmentFiles(dir string, bases []int64, logger *slog.Logger) {
 }
 
 // Append stores b as the next batch, at offset EndOffset(), and returns that
-// offset. raftIndex is the index of the Raft entry carrying b; it must be
-// above LastRaftIndex, else nothing is stored and the error wraps
-// ErrAlreadyApplied. A batch that fails Validate is refused (ErrCorruptBatch).
+// offset. raftIndex is the index of the Raft entry carrying b (Raft indexes
+// start at 1); it must be above LastRaftIndex, else nothing is stored and the
+// error wraps ErrAlreadyApplied. A batch that fails Validate is refused (ErrCorruptBatch).
 // Append does not fsync.
 func (l *Log) Append(raftIndex uint64, b Batch) (int64, error) {
 	l.wmu.Lock()

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -255,7 +256,7 @@ func TestClosedLog(t *testing.T) {
 }
 
 // TestConcurrentReadsWhileWriting runs readers against a log that is being
-// appended to, rolled and trimmed; with -race it checks the locking, and
+// appended to, rolled, trimmed, snapshotted and restored; with -race it checks the locking, and
 // every record read is checked against what was written at its offset.
 func TestConcurrentReadsWhileWriting(t *testing.T) {
 	l := openLog(t, t.TempDir(), Config{SegmentBytes: 2048, IndexIntervalBytes: 256})
@@ -277,8 +278,8 @@ func TestConcurrentReadsWhileWriting(t *testing.T) {
 				start, end := l.StartOffset(), l.EndOffset()
 				o := start + rng.Int64N(end-start+1)
 				recs, err := l.Read(o, rng.IntN(4000), end)
-				if errors.Is(err, ErrOffsetOutOfRange) && o < l.StartOffset() {
-					continue // trimmed meanwhile
+				if errors.Is(err, ErrOffsetOutOfRange) && (o < l.StartOffset() || o > l.EndOffset()) {
+					continue // trimmed, or restored to an earlier end, meanwhile
 				}
 				if err != nil {
 					errs <- err
@@ -297,6 +298,7 @@ func TestConcurrentReadsWhileWriting(t *testing.T) {
 			}
 		}(uint64(r))
 	}
+	var snap *Snapshot
 	for i := 0; i < 300; i++ {
 		f.batches(1)
 		if i%40 == 39 {
@@ -304,6 +306,21 @@ func TestConcurrentReadsWhileWriting(t *testing.T) {
 			if _, err := l.DeleteBefore(l.EndOffset()-30, f.raft); err != nil {
 				t.Fatal(err)
 			}
+		}
+		var err error
+		switch i {
+		case 100:
+			snap, err = l.Snapshot()
+		case 200:
+			// Back to the state at i == 100: the same record at each offset.
+			var stream bytes.Buffer
+			if _, err = snap.WriteTo(&stream); err == nil {
+				err = l.Restore(&stream)
+			}
+			snap.Release()
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 	stop.Store(true)

@@ -307,3 +307,26 @@ func rewriteFrameHeader(t *testing.T, path string, pos int64, change func(h *fra
 		t.Fatal(err)
 	}
 }
+
+// A missing segment file breaks the offsets: the log ends where the
+// segments stop following each other.
+func TestRecoverMissingSegment(t *testing.T) {
+	src, _, segs := closedLog(t, smallConfig, 80)
+	if len(segs) < 5 {
+		t.Fatalf("want at least 5 segments, got %d", len(segs))
+	}
+	if err := os.Remove(filepath.Join(src, segs[2].File)); err != nil {
+		t.Fatal(err)
+	}
+	l, rec := openRecorded(t, src, smallConfig)
+	if l.EndOffset() != segs[1].NextOffset || len(l.Segments()) != 2 {
+		t.Fatalf("end %d with %d segments, want %d with 2", l.EndOffset(), len(l.Segments()), segs[1].NextOffset)
+	}
+	if _, ok := rec.attr("storage: segment does not follow the one before; removing it and later segments", "segment"); !ok {
+		t.Fatal("the gap was not logged")
+	}
+	checkRecords(t, readAll(t, l), 0, segs[1].NextOffset)
+	f := &filler{t: t, l: l, raft: 1000}
+	f.batches(20) // segment 1 is active again: appends fill it, then roll
+	checkRecords(t, readAll(t, reopen(t, l)), 0, l.EndOffset())
+}

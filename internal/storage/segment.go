@@ -12,16 +12,16 @@ import (
 // segment is one .log file with its two indexes. The last segment of a Log
 // is the active one, appended to; the others are sealed.
 type segment struct {
-	base     int64  // offset of the first record stored (or to be stored) here
-	logPath  string // DIR/%020d.log
-	f        *os.File
-	dir      string
-	released bool // files closed; set only by close
+	base    int64    // offset of the first record stored (or to be stored) here
+	dir     string   // the log directory
+	logPath string   // DIR/%020d.log
+	f       *os.File // the .log file, open read-write until close
 
 	// Published state. Guarded by Log.mu; changed only while Log.wmu is
 	// held as well, so a writer reads it without Log.mu. The index slices
 	// are only ever appended to, so a reader may keep a copy of the slice
-	// header and use it after releasing the lock.
+	// header and use it after releasing the lock. (A segment that load or
+	// Restore is still building is not shared, and needs no lock.)
 	next          int64         // offset after the last record; base <= next, next-base <= MaxUint32
 	size          int64         // bytes of whole frames; nothing past it is ever read
 	maxTs         int64         // largest record timestamp; math.MinInt64 while empty
@@ -33,6 +33,7 @@ type segment struct {
 	idxFile, timeIdxFile *os.File // open while the segment is active, nil once sealed
 	sinceIndex           int64    // bytes of frames stored since the last offset index entry
 	dirty                bool     // written since the last fsync
+	released             bool     // files closed (by close)
 }
 
 func segmentFile(base int64) string { return fmt.Sprintf("%020d.log", base) }
@@ -56,6 +57,7 @@ func createSegment(dir string, base int64) (*segment, error) {
 	s := newSegment(dir, base, f)
 	if s.idxFile, s.timeIdxFile, err = writeIndexFiles(s.indexPath(), s.timeIndexPath(), nil, nil); err != nil {
 		f.Close()
+		os.Remove(s.logPath)
 		return nil, fmt.Errorf("create segment indexes: %w", err)
 	}
 	return s, nil
@@ -309,14 +311,13 @@ type segView struct {
 	seg     *segment
 	size    int64
 	next    int64
-	maxTs   int64
 	offIdx  []offsetEntry
 	timeIdx []timeEntry
 }
 
 // view copies s's published state. Callers hold Log.mu (read or write).
 func (s *segment) view() segView {
-	return segView{seg: s, size: s.size, next: s.next, maxTs: s.maxTs, offIdx: s.offIdx, timeIdx: s.timeIdx}
+	return segView{seg: s, size: s.size, next: s.next, offIdx: s.offIdx, timeIdx: s.timeIdx}
 }
 
 // seek finds the frame holding offset (base <= offset < v.next): it starts at

@@ -93,9 +93,13 @@ func (l *Log) Snapshot() (*Snapshot, error) {
 	return snap, nil
 }
 
-// StartOffset, EndOffset and LastRaftIndex are the Log's at the snapshot.
-func (s *Snapshot) StartOffset() int64    { return s.logStart }
-func (s *Snapshot) EndOffset() int64      { return s.endOffset }
+// StartOffset is the Log's StartOffset at the snapshot.
+func (s *Snapshot) StartOffset() int64 { return s.logStart }
+
+// EndOffset is the Log's EndOffset at the snapshot.
+func (s *Snapshot) EndOffset() int64 { return s.endOffset }
+
+// LastRaftIndex is the Log's LastRaftIndex at the snapshot.
 func (s *Snapshot) LastRaftIndex() uint64 { return s.lastRaftIndex }
 
 // WriteTo writes the snapshot stream (see the top of snapshot.go) to w.
@@ -204,6 +208,7 @@ func (l *Log) Restore(r io.Reader) error {
 	gone := l.segs
 	l.logState = st
 	l.mu.Unlock()
+	l.dirDirty = true
 	for _, s := range gone {
 		s.close() // reads in flight fail with os.ErrClosed and look again
 	}

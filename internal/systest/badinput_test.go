@@ -8,14 +8,15 @@ import (
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
 // TestBadInputChangesNothing: each bad request gets its Kafka error name and
 // leaves topics and logs as they were.
 func TestBadInputChangesNothing(t *testing.T) {
-	e := startCluster(t, 3)
-	e.createTopic("orders", 2, 3, map[string]string{"max.message.bytes": "2000"})
-	e.produceN("orders", 0, "ok", 5)
+	e := start(t, 3)
+	e.CreateTopic("orders", 2, 3, map[string]string{"max.message.bytes": "2000"})
+	e.ProduceN("orders", 0, "ok", 5)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -31,7 +32,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{&tapesv1.TopicSpec{Name: "orders", Partitions: 1, ReplicationFactor: 1}, kerr.TopicAlreadyExists},
 	}
 	for _, c := range creates {
-		err := e.cl.CreateTopics(ctx, []*tapesv1.TopicSpec{c.spec}, false)
+		err := e.Client.CreateTopics(ctx, []*tapesv1.TopicSpec{c.spec}, false)
 		if !kerr.Is(err, c.want) {
 			t.Errorf("create %q: %v, want %s", c.spec.Name, err, c.want)
 		}
@@ -40,21 +41,21 @@ func TestBadInputChangesNothing(t *testing.T) {
 		t.Errorf("topics changed by refused creates: %v -> %v", topicsBefore, after)
 	}
 
-	hw := e.partition("orders", 0).HighWatermark
+	hw := e.Partition("orders", 0).HighWatermark
 	produces := []struct {
 		name string
 		req  *tapesv1.ProduceRequest
 		want kerr.Code
 	}{
-		{"unknown topic", &tapesv1.ProduceRequest{Topic: "nope", Partition: 0, Acks: -1, Records: records("x", 0, 1)}, kerr.UnknownTopicOrPartition},
-		{"partition out of range", &tapesv1.ProduceRequest{Topic: "orders", Partition: 7, Acks: -1, Records: records("x", 0, 1)}, kerr.UnknownTopicOrPartition},
+		{"unknown topic", &tapesv1.ProduceRequest{Topic: "nope", Partition: 0, Acks: -1, Records: testcluster.Records("x", 0, 1)}, kerr.UnknownTopicOrPartition},
+		{"partition out of range", &tapesv1.ProduceRequest{Topic: "orders", Partition: 7, Acks: -1, Records: testcluster.Records("x", 0, 1)}, kerr.UnknownTopicOrPartition},
 		{"record over max.message.bytes", &tapesv1.ProduceRequest{Topic: "orders", Partition: 0, Acks: -1, Records: []*tapesv1.Record{{Value: bytes.Repeat([]byte("x"), 3000)}}}, kerr.RecordTooLarge},
-		{"acks=2", &tapesv1.ProduceRequest{Topic: "orders", Partition: 0, Acks: 2, Records: records("x", 0, 1)}, kerr.InvalidRequiredAcks},
+		{"acks=2", &tapesv1.ProduceRequest{Topic: "orders", Partition: 0, Acks: 2, Records: testcluster.Records("x", 0, 1)}, kerr.InvalidRequiredAcks},
 		{"no records", &tapesv1.ProduceRequest{Topic: "orders", Partition: 0, Acks: -1}, kerr.InvalidRequest},
 	}
 	for _, p := range produces {
-		leader := e.partition("orders", 0).LeaderId
-		bc, err := e.cl.Broker(ctx, leader)
+		leader := e.Partition("orders", 0).LeaderId
+		bc, err := e.Client.Broker(ctx, leader)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,10 +64,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 			t.Errorf("%s: %v, want %s", p.name, err, p.want)
 		}
 	}
-	if got := e.partition("orders", 0).HighWatermark; got != hw {
+	if got := e.Partition("orders", 0).HighWatermark; got != hw {
 		t.Errorf("high watermark moved from %d to %d after refused produces", hw, got)
 	}
-	bc, err := e.cl.Broker(ctx, e.partition("orders", 0).LeaderId)
+	bc, err := e.Client.Broker(ctx, e.Partition("orders", 0).LeaderId)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,9 +77,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 }
 
-func topicNames(t *testing.T, e *env) []string {
+func topicNames(t *testing.T, e *testcluster.Env) []string {
 	t.Helper()
-	md, err := e.cl.Metadata(context.Background(), nil, false)
+	md, err := e.Client.Metadata(context.Background(), nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}

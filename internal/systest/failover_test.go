@@ -2,14 +2,13 @@ package systest
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/client"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
-	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
 // TestAcksAllSurvivesLeaderKill: 2,000 records with acks=all while the
@@ -19,48 +18,67 @@ import (
 // read back exactly once, at the offset it was given, in send order, and the
 // surviving replicas must hold identical logs.
 func TestAcksAllSurvivesLeaderKill(t *testing.T) {
-	e := startCluster(t, 3)
-	e.createTopic("orders", 1, 3, map[string]string{"min.insync.replicas": "2"})
-	leader := e.partition("orders", 0).LeaderId
+	e := start(t, 3)
+	e.CreateTopic("orders", 1, 3, map[string]string{"min.insync.replicas": "2"})
+	leader := e.Partition("orders", 0).LeaderId
 
 	const total, perBatch = 2000, 20
 	acked := map[string]int64{} // value -> offset
 	var order []string          // acknowledged values in send order
 	unknown := 0
-	killed := false
-	for sent := 0; sent < total; sent += perBatch {
-		if !killed && sent >= total/4 {
-			if err := e.c.Kill(brokerName(leader)); err != nil {
-				t.Fatalf("kill leader: %v", err)
-			}
-			killed = true
-			t.Logf("SIGKILLed broker-%d (leader) after %d records", leader, sent)
+	// The kill comes from another goroutine as soon as a quarter of the
+	// records are acknowledged, so it lands while a request is in flight.
+	var ackedCount atomic.Int64
+	killed := make(chan int64, 1)
+	go func() {
+		for ackedCount.Load() < total/4 {
+			time.Sleep(time.Millisecond)
 		}
-		batch := records("v", sent, perBatch)
+		if err := e.C.Kill(testcluster.BrokerName(leader)); err != nil {
+			t.Errorf("kill leader: %v", err)
+		}
+		killed <- ackedCount.Load()
+	}()
+	ackedAfterKill, killedAt := 0, int64(-1)
+	for sent := 0; sent < total; sent += perBatch {
+		batch := testcluster.Records("v", sent, perBatch)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		resp, err := e.cl.ProduceWith(ctx, &tapesv1.ProduceRequest{Topic: "orders", Partition: 0, Acks: -1, Records: batch, TimeoutMs: 5000},
+		resp, err := e.Client.ProduceWith(ctx, &tapesv1.ProduceRequest{Topic: "orders", Partition: 0, Acks: -1, Records: batch, TimeoutMs: 5000},
 			client.ProduceOptions{RetryUnknownOutcome: false})
 		cancel()
 		if err != nil {
 			// Unknown outcome: not acknowledged; the values are never resent.
 			unknown++
 			t.Logf("batch at %d not acknowledged: %v", sent, err)
-			if !kerr.Is(err, kerr.RequestTimedOut) && kerr.CodeOf(err) == "" && !errors.Is(err, context.DeadlineExceeded) {
-				t.Logf("(transport error)")
-			}
 			continue
 		}
 		for i, r := range batch {
 			acked[string(r.Value)] = resp.BaseOffset + int64(i)
 			order = append(order, string(r.Value))
 		}
+		ackedCount.Add(perBatch)
+		select {
+		case n := <-killed:
+			t.Logf("SIGKILLed broker-%d (leader) after %d acknowledged records", leader, n)
+			killedAt = n
+		default:
+		}
+		if killedAt >= 0 {
+			ackedAfterKill += perBatch
+		}
+	}
+	if ackedAfterKill == 0 {
+		t.Fatalf("nothing was acknowledged after the leader was killed")
+	}
+	if got := e.Partition("orders", 0).LeaderId; got == leader {
+		t.Fatalf("broker-%d still leads after it was killed", leader)
 	}
 	if len(acked) < total/2 {
 		t.Fatalf("only %d of %d records acknowledged", len(acked), total)
 	}
 	t.Logf("%d records acknowledged, %d batches with unknown outcome", len(acked), unknown)
 
-	got := e.readAll("orders", 0)
+	got := e.ReadAll("orders", 0)
 	seen := map[string]int{}
 	pos := map[string]int64{}
 	for _, r := range got {
@@ -79,34 +97,7 @@ func TestAcksAllSurvivesLeaderKill(t *testing.T) {
 			t.Fatalf("acknowledged order broken: %s@%d after %s@%d", order[i], acked[order[i]], order[i-1], acked[order[i-1]])
 		}
 	}
-	e.assertReplicasIdentical("orders", 0, leader)
+	e.AssertReplicasIdentical("orders", 0, leader)
 }
 
-// assertReplicasIdentical waits until every running replica of topic/p has
-// applied the leader's high watermark, then compares their logs record by
-// record through each broker's own copy (DescribeReplicas for the bounds,
-// the files after a clean stop for the bytes).
-func (e *env) assertReplicasIdentical(topic string, p int32, skip int32) {
-	e.t.Helper()
-	hw := e.partition(topic, p).HighWatermark
-	e.waitFor(20*time.Second, fmt.Sprintf("replicas of %s-%d to reach %d", topic, p, hw), func() bool {
-		for _, b := range e.brokers() {
-			if b.ID == skip || !e.c.Running(b.Name) {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			resp, err := e.cl.DescribeReplicas(ctx, b.ID)
-			cancel()
-			if err != nil {
-				return false
-			}
-			for _, r := range resp.Replicas {
-				if r.Topic == topic && r.Partition == p && r.HighWatermark < hw {
-					return false
-				}
-			}
-		}
-		return true
-	})
-	e.compareLogFiles(topic, p, skip, hw)
-}
+//END

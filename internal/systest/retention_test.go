@@ -8,6 +8,7 @@ import (
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
 // TestRetentionDeletesSegments: with small segments and retention.bytes,
@@ -15,29 +16,29 @@ import (
 // below the new log start is OFFSET_OUT_OF_RANGE carrying the log start, and
 // a fetch past the high watermark too.
 func TestRetentionDeletesSegments(t *testing.T) {
-	e := startCluster(t, 3)
-	e.createTopic("short", 1, 3, map[string]string{"segment.bytes": "4096", "retention.bytes": "8192"})
+	e := start(t, 3)
+	e.CreateTopic("short", 1, 3, map[string]string{"segment.bytes": "4096", "retention.bytes": "8192"})
 	for i := 0; i < 40; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		recs := records("r", i*10, 10)
+		recs := testcluster.Records("r", i*10, 10)
 		for _, r := range recs {
 			r.Value = append(r.Value, []byte(strings.Repeat("x", 90))...)
 		}
-		if _, err := e.cl.Produce(ctx, &tapesv1.ProduceRequest{Topic: "short", Partition: 0, Acks: -1, Records: recs}); err != nil {
+		if _, err := e.Client.Produce(ctx, &tapesv1.ProduceRequest{Topic: "short", Partition: 0, Acks: -1, Records: recs}); err != nil {
 			t.Fatal(err)
 		}
 		cancel()
 	}
 	var start int64
-	e.waitFor(20*time.Second, "retention to advance the log start on every replica", func() bool {
-		pm := e.partition("short", 0)
+	e.WaitFor(20*time.Second, "retention to advance the log start on every replica", func() bool {
+		pm := e.Partition("short", 0)
 		if pm.LogStartOffset <= 0 {
 			return false
 		}
 		start = pm.LogStartOffset
-		for _, b := range e.brokers() {
+		for _, b := range e.Brokers() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			resp, err := e.cl.DescribeReplicas(ctx, b.ID)
+			resp, err := e.Client.DescribeReplicas(ctx, b.ID)
 			cancel()
 			if err != nil {
 				return false
@@ -51,7 +52,7 @@ func TestRetentionDeletesSegments(t *testing.T) {
 		return true
 	})
 	t.Logf("log start advanced to %d of 400", start)
-	_, err := e.cl.Fetch(context.Background(), &tapesv1.FetchRequest{Topic: "short", Partition: 0, Offset: 0})
+	_, err := e.Client.Fetch(context.Background(), &tapesv1.FetchRequest{Topic: "short", Partition: 0, Offset: 0})
 	ke, ok := kerr.As(err)
 	if !ok || ke.Code() != kerr.OffsetOutOfRange {
 		t.Fatalf("fetch at 0 after retention: %v, want %s", err, kerr.OffsetOutOfRange)
@@ -59,11 +60,11 @@ func TestRetentionDeletesSegments(t *testing.T) {
 	if ke.Detail.LogStartOffset < start {
 		t.Fatalf("OFFSET_OUT_OF_RANGE carries log start %d, want >= %d", ke.Detail.LogStartOffset, start)
 	}
-	recs := e.readAll("short", 0)
-	if len(recs) == 0 || recs[0].Offset != e.partition("short", 0).LogStartOffset || recs[len(recs)-1].Offset != 399 {
+	recs := e.ReadAll("short", 0)
+	if len(recs) == 0 || recs[0].Offset != e.Partition("short", 0).LogStartOffset || recs[len(recs)-1].Offset != 399 {
 		t.Fatalf("read back [%d..%d], want [log start..399]", recs[0].Offset, recs[len(recs)-1].Offset)
 	}
-	_, err = e.cl.Fetch(context.Background(), &tapesv1.FetchRequest{Topic: "short", Partition: 0, Offset: 401})
+	_, err = e.Client.Fetch(context.Background(), &tapesv1.FetchRequest{Topic: "short", Partition: 0, Offset: 401})
 	if !kerr.Is(err, kerr.OffsetOutOfRange) {
 		t.Fatalf("fetch past the high watermark: %v, want %s", err, kerr.OffsetOutOfRange)
 	}

@@ -1,4 +1,4 @@
-package systest
+package testcluster
 
 import (
 	"bytes"
@@ -15,10 +15,10 @@ import (
 )
 
 // brokers returns the cluster's broker processes.
-func (e *env) brokers() []clusterfile.Process {
+func (e *Env) Brokers() []clusterfile.Process {
 	var out []clusterfile.Process
-	for _, n := range e.c.Names() {
-		if p, ok := e.c.Process(n); ok && p.Kind == "broker" {
+	for _, n := range e.C.Names() {
+		if p, ok := e.C.Process(n); ok && p.Kind == "broker" {
 			out = append(out, p)
 		}
 	}
@@ -37,39 +37,39 @@ func partitionLogDir(b clusterfile.Process, topic string, p int32) (string, bool
 // compareLogFiles stops every running broker cleanly, then checks that the
 // replicas of topic/p (except skip) hold the same records in [start, hw) and
 // byte-identical segment files over their common length.
-func (e *env) compareLogFiles(topic string, p int32, skip int32, hw int64) {
-	e.t.Helper()
+func (e *Env) CompareLogFiles(topic string, p int32, skip int32, hw int64) {
+	e.T.Helper()
 	type replica struct {
 		name string
 		recs []storage.Record
 		raw  []byte
 	}
 	var reps []replica
-	for _, b := range e.brokers() {
+	for _, b := range e.Brokers() {
 		if b.ID == skip {
 			continue
 		}
-		if e.c.Running(b.Name) {
-			if err := e.c.Stop(b.Name); err != nil {
-				e.t.Fatalf("stop %s: %v", b.Name, err)
+		if e.C.Running(b.Name) {
+			if err := e.C.Stop(b.Name); err != nil {
+				e.T.Fatalf("stop %s: %v", b.Name, err)
 			}
 		}
 		dir, ok := partitionLogDir(b, topic, p)
 		if !ok {
-			e.t.Fatalf("%s has no log dir for %s-%d", b.Name, topic, p)
+			e.T.Fatalf("%s has no log dir for %s-%d", b.Name, topic, p)
 		}
 		l, err := storage.Open(dir, storage.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
-			e.t.Fatalf("open %s's log: %v", b.Name, err)
+			e.T.Fatalf("open %s's log: %v", b.Name, err)
 		}
 		if l.EndOffset() < hw {
-			e.t.Fatalf("%s's log ends at %d, below the high watermark %d", b.Name, l.EndOffset(), hw)
+			e.T.Fatalf("%s's log ends at %d, below the high watermark %d", b.Name, l.EndOffset(), hw)
 		}
 		var recs []storage.Record
 		for off := l.StartOffset(); off < hw; {
 			batch, err := l.Read(off, 1<<20, hw)
 			if err != nil || len(batch) == 0 {
-				e.t.Fatalf("read %s's log at %d: %v", b.Name, off, err)
+				e.T.Fatalf("read %s's log at %d: %v", b.Name, off, err)
 			}
 			recs = append(recs, batch...)
 			off = batch[len(batch)-1].Offset + 1
@@ -80,7 +80,7 @@ func (e *env) compareLogFiles(topic string, p int32, skip int32, hw int64) {
 		for _, s := range segs {
 			b, err := os.ReadFile(s)
 			if err != nil {
-				e.t.Fatal(err)
+				e.T.Fatal(err)
 			}
 			raw = append(raw, b...)
 		}
@@ -89,12 +89,12 @@ func (e *env) compareLogFiles(topic string, p int32, skip int32, hw int64) {
 	}
 	for _, r := range reps[1:] {
 		if !reflect.DeepEqual(r.recs, reps[0].recs) {
-			e.t.Fatalf("%s and %s hold different records below the high watermark %d", reps[0].name, r.name, hw)
+			e.T.Fatalf("%s and %s hold different records below the high watermark %d", reps[0].name, r.name, hw)
 		}
 		n := min(len(r.raw), len(reps[0].raw))
 		if !bytes.Equal(r.raw[:n], reps[0].raw[:n]) {
-			e.t.Fatalf("%s and %s: segment files differ within their common %d bytes", reps[0].name, r.name, n)
+			e.T.Fatalf("%s and %s: segment files differ within their common %d bytes", reps[0].name, r.name, n)
 		}
 	}
-	e.t.Logf("%d replicas of %s-%d hold identical logs up to offset %d", len(reps), topic, p, hw)
+	e.T.Logf("%d replicas of %s-%d hold identical logs up to offset %d", len(reps), topic, p, hw)
 }

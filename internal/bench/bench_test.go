@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/testcluster"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	if os.Getenv("TAPES_BENCH") == "" {
+		fmt.Println("bench: skipped (set TAPES_BENCH=1 or run `make bench`)")
+		os.Exit(m.Run())
+	}
+	dir, cleanup, err := testcluster.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+func needBench(t *testing.T) {
+	if os.Getenv("TAPES_BENCH") == "" {
+		t.Skip("set TAPES_BENCH=1")
+	}
+}
+
+// setting returns an int from the environment (for quick runs), else def.
+func setting(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// TestBenchProduce prints records/s, MB/s and batch latency percentiles.
+func TestBenchProduce(t *testing.T) {
+	needBench(t)
+	e := testcluster.Start(t, binDir, 3)
+	e.CreateTopic("bench1", 1, 3, map[string]string{"min.insync.replicas": "2"})
+	e.CreateTopic("bench6", 6, 3, map[string]string{"min.insync.replicas": "2"})
+	seconds := setting("TAPES_BENCH_SECONDS", 10)
+	const recordSize, batchRecords, inflight = 100, 500, 4
+	fmt.Printf("\nproduce: %d-byte records, %d records per batch (one Raft entry), %d batches in flight per partition, %ds per row, client in the same machine\n",
+		recordSize, batchRecords, inflight, seconds)
+	fmt.Printf("%-11s %-5s %12s %8s %9s %9s %9s %9s\n", "partitions", "acks", "records/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms")
+	for _, topic := range []string{"bench1", "bench6"} {
+		parts := int32(1)
+		if topic == "bench6" {
+			parts = 6
+		}
+		for _, acks := range []int32{1, -1} {
+			r := runProduce(t, e, topic, parts, acks, recordSize, batchRecords, inflight, time.Duration(seconds)*time.Second)
+			name := "1"
+			if acks == -1 {
+				name = "all"
+			}
+			fmt.Printf("%-11d %-5s %12.0f %8.1f %9.2f %9.2f %9.2f %9.2f\n", parts, name, r.recsPerSec, r.mbPerSec, r.p(50), r.p(99), r.p(99.9), r.p(100))
+		}
+	}
+}
+
+type produceResult struct {
+	recsPerSec, mbPerSec float64
+	latencies            []time.Duration // per batch, sorted
+}
+
+// p returns the q-th percentile latency in milliseconds.
+func (r produceResult) p(q float64) float64 {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	i := int(float64(len(r.latencies)-1) * q / 100)
+	return float64(r.latencies[i].Microseconds()) / 1000
+}
+
+func runProduce(t *testing.T, e *testcluster.Env, topic string, parts, acks int32, size, perBatch, inflight int, d time.Duration) produceResult {
+	value := []byte(strings.Repeat("x", size))
+	batch := make([]*tapesv1.Record, perBatch)
+	for i := range batch {
+		batch[i] = &tapesv1.Record{Value: value}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var mu sync.Mutex
+	var lat []time.Duration
+	var records atomic.Int64
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for p := int32(0); p < parts; p++ {
+		for w := 0; w < inflight; w++ {
+			wg.Add(1)
+			go func(p int32) {
+				defer wg.Done()
+				var mine []time.Duration
+				for ctx.Err() == nil {
+					t0 := time.Now()
+					_, err := e.Client.Produce(ctx, &tapesv1.ProduceRequest{Topic: topic, Partition: p, Acks: acks, Records: batch})
+					if err != nil {
+						if ctx.Err() == nil {
+							failures.Add(1)
+						}
+						continue
+					}
+					mine = append(mine, time.Since(t0))
+					records.Add(int64(perBatch))
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			}(p)
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	if n := failures.Load(); n > 0 {
+		t.Logf("%s acks=%d: %d failed requests", topic, acks, n)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	n := float64(records.Load())
+	return produceResult{recsPerSec: n / elapsed, mbPerSec: n * float64(size) / elapsed / 1e6, latencies: lat}
+}
+
+// TestBenchFailover prints the time from SIGKILL of a partition leader to
+// the next acks=all success, over several rounds.
+func TestBenchFailover(t *testing.T) {
+	needBench(t)
+	e := testcluster.Start(t, binDir, 3)
+	e.CreateTopic("fo", 1, 3, map[string]string{"min.insync.replicas": "2"})
+	rounds := setting("TAPES_BENCH_FAILOVERS", 7)
+	var times []time.Duration
+	for i := 0; i < rounds; i++ {
+		leader := e.Partition("fo", 0).LeaderId
+		e.ProduceN("fo", 0, fmt.Sprintf("r%d", i), 50)
+		if err := e.C.Kill(testcluster.BrokerName(leader)); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			_, err := e.Client.Produce(ctx, &tapesv1.ProduceRequest{Topic: "fo", Partition: 0, Acks: -1, Records: testcluster.Records("probe", 0, 1), TimeoutMs: 400})
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Since(killed) > 30*time.Second {
+				t.Fatalf("no acks=all success 30s after killing the leader: %v", err)
+			}
+		}
+		times = append(times, time.Since(killed))
+		if err := e.C.Restart(testcluster.BrokerName(leader)); err != nil {
+			t.Fatal(err)
+		}
+		e.WaitISR("fo", 0, []int32{1, 2, 3}, 60*time.Second)
+	}
+	slices.Sort(times)
+	var parts []string
+	for _, d := range times {
+		parts = append(parts, fmt.Sprintf("%.2f", d.Seconds()))
+	}
+	fmt.Printf("\nfailover (SIGKILL of the leader -> next acks=all success), %d rounds: median %.2f s, max %.2f s  [%s]\n",
+		len(times), times[len(times)/2].Seconds(), times[len(times)-1].Seconds(), strings.Join(parts, " "))
+}
+
+// TestBenchIdleCPU prints the CPU the three broker processes use, idle, with
+// 100 partitions of replication factor 3.
+func TestBenchIdleCPU(t *testing.T) {
+	needBench(t)
+	e := testcluster.Start(t, binDir, 3)
+	parts := int32(setting("TAPES_BENCH_IDLE_PARTITIONS", 100))
+	e.CreateTopic("idle", parts, 3, nil)
+	time.Sleep(5 * time.Second) // let elections and reports settle
+	window := time.Duration(setting("TAPES_BENCH_IDLE_SECONDS", 20)) * time.Second
+	before := map[string]float64{}
+	for _, b := range e.Brokers() {
+		before[b.Name] = cpuSeconds(t, b.PID)
+	}
+	time.Sleep(window)
+	total := 0.0
+	var per []string
+	for _, b := range e.Brokers() {
+		used := cpuSeconds(t, b.PID) - before[b.Name]
+		total += used
+		per = append(per, fmt.Sprintf("%s %.1f%%", b.Name, 100*used/window.Seconds()))
+	}
+	fmt.Printf("\nidle CPU, %d partitions (RF 3), 3 brokers, %v window: %.1f%% of one core for the whole cluster (%s)\n",
+		parts, window, 100*total/window.Seconds(), strings.Join(per, ", "))
+}
+
+// cpuSeconds reads utime+stime of a process from /proc (Linux).
+func cpuSeconds(t *testing.T, pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatalf("read cpu of pid %d: %v", pid, err)
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	const clockTicks = 100 // USER_HZ on Linux
+	return (utime + stime) / clockTicks
+}
