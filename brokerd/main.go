@@ -58,6 +58,7 @@ func run(args []string) error {
 	fs.Uint64Var(&def.Raft.TrailingLogs, "raft-trailing-logs", def.Raft.TrailingLogs, "Raft log entries kept after a snapshot (a follower further behind is rebuilt from the snapshot)")
 	fs.DurationVar(&def.ReplicaLagTimeMax, "replica-lag-time-max", def.ReplicaLagTimeMax, "replica.lag.time.max.ms: a follower that has not caught up for this long leaves the ISR")
 	fs.DurationVar(&def.RetentionCheckInterval, "retention-check-interval", def.RetentionCheckInterval, "how often partition leaders apply retention.ms and retention.bytes")
+	fs.DurationVar(&def.PreferredLeaderDelay, "preferred-leader-delay", def.PreferredLeaderDelay, "a leader that is not a partition's preferred replica hands leadership back to it after this long, once it is caught up (0 disables; Kafka's auto.leader.rebalance)")
 	fs.DurationVar(&def.HeartbeatInterval, "broker-heartbeat-interval", def.HeartbeatInterval, "how often this broker tells its peers it is alive")
 	fs.DurationVar(&def.SessionTimeout, "broker-session-timeout", def.SessionTimeout, "a broker not heard from for this long is shown as dead in Metadata")
 	if err := fs.Parse(args); err != nil {

@@ -62,6 +62,7 @@ func (a *api) Metadata(ctx context.Context, req *tapesv1.MetadataRequest) (*tape
 	for _, bi := range resp.Brokers {
 		bi.Alive = b.alive(metadata.BrokerID(bi.Id))
 	}
+	a.localLeaders(resp)
 	if req.IncludeOffsets {
 		a.fillOffsets(ctx, resp)
 	}
@@ -117,6 +118,28 @@ func (a *api) fillOffsets(ctx context.Context, resp *tapesv1.MetadataResponse) {
 		}(metadata.BrokerID(bi.Id))
 	}
 	wg.Wait()
+}
+
+// localLeaders replaces the controller's leader of a partition with the one
+// this broker's own replica knows when that one is newer: after a failover
+// the replicas learn the new leader at once, the controller only when the
+// new leader's report has committed. Clients find the leader sooner so.
+func (a *api) localLeaders(resp *tapesv1.MetadataResponse) {
+	for _, t := range resp.Topics {
+		if t.Error != nil {
+			continue
+		}
+		for _, p := range t.Partitions {
+			r := a.b.replica(t.Name, metadata.TopicID(t.TopicId), p.Partition)
+			if r == nil {
+				continue
+			}
+			leader, term, ok := r.KnownLeader()
+			if ok && term > p.LeaderEpoch {
+				p.LeaderId, p.LeaderEpoch, p.Error = int32(leader), term, nil
+			}
+		}
+	}
 }
 
 func ids32(ids []metadata.BrokerID) []int32 {

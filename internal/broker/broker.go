@@ -150,7 +150,9 @@ func (b *Broker) openController() error {
 	rc.HeartbeatTimeout = b.cfg.Raft.HeartbeatTimeout
 	rc.ElectionTimeout = b.cfg.Raft.ElectionTimeout
 	rc.LeaderLeaseTimeout = b.cfg.Raft.LeaderLeaseTimeout
-	rc.CommitTimeout = b.cfg.Raft.CommitTimeout
+	// One group: a short CommitTimeout costs little and lets every broker
+	// see a committed metadata change (a new topic) within ~50 ms.
+	rc.CommitTimeout = 50 * time.Millisecond
 	rc.Logger = hlog
 	existing, err := raft.HasExistingState(bolt, bolt, snaps)
 	if err != nil {

@@ -30,6 +30,10 @@ type Config struct {
 	ReplicaLagTimeMax time.Duration
 	// RetentionCheckInterval is Kafka's log.retention.check.interval.ms.
 	RetentionCheckInterval time.Duration
+	// PreferredLeaderDelay: how long a non-preferred leader leads before it
+	// hands leadership back to the caught-up preferred replica (0 disables;
+	// Kafka's auto.leader.rebalance.enable).
+	PreferredLeaderDelay time.Duration
 	// HeartbeatInterval: how often this broker tells every peer it is alive.
 	HeartbeatInterval time.Duration
 	// SessionTimeout: a broker not heard from for this long is shown dead.
@@ -56,6 +60,7 @@ func DefaultConfig() Config {
 		Raft:                   replication.DefaultRaftTimings(),
 		ReplicaLagTimeMax:      10 * time.Second,
 		RetentionCheckInterval: 5 * time.Second,
+		PreferredLeaderDelay:   5 * time.Second,
 		HeartbeatInterval:      time.Second,
 		SessionTimeout:         4 * time.Second,
 	}
@@ -93,6 +98,9 @@ func ValidateConfig(c *Config) error {
 	}
 	if c.RetentionCheckInterval <= 0 || c.HeartbeatInterval <= 0 {
 		return fmt.Errorf("%w: retention check %v, heartbeat %v", ErrTiming, c.RetentionCheckInterval, c.HeartbeatInterval)
+	}
+	if c.PreferredLeaderDelay < 0 {
+		return fmt.Errorf("%w: preferred leader delay %v", ErrTiming, c.PreferredLeaderDelay)
 	}
 	if c.SessionTimeout <= c.HeartbeatInterval {
 		return fmt.Errorf("%w: session %v, heartbeat %v", ErrSessionTiming, c.SessionTimeout, c.HeartbeatInterval)

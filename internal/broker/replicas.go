@@ -103,6 +103,7 @@ func (b *Broker) openReplica(name string, w wantReplica) error {
 		Raft:                   b.cfg.Raft,
 		ReplicaLagTimeMax:      b.cfg.ReplicaLagTimeMax,
 		RetentionCheckInterval: b.cfg.RetentionCheckInterval,
+		PreferredLeaderDelay:   b.cfg.PreferredLeaderDelay,
 		Transport:              trans,
 		Observer:               b.observer,
 		LeaderAddress:          b.brokerAddress,

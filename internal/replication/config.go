@@ -138,6 +138,10 @@ type Config struct {
 	ReplicaLagTimeMax time.Duration
 	// RetentionCheckInterval: how often the leader checks retention.
 	RetentionCheckInterval time.Duration
+	// PreferredLeaderDelay: a leader that is not the preferred replica hands
+	// leadership to it after leading this long, once it is caught up (0:
+	// never; Kafka's auto.leader.rebalance.enable).
+	PreferredLeaderDelay time.Duration
 	Transport              Transport
 	// Observer, if set, is registered on the Raft instance (the broker's one
 	// non-blocking observer for all groups).

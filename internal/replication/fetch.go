@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
 
@@ -92,6 +93,16 @@ func (r *Replica) ListOffsets(ts int64) (offset, timestamp, epoch int64, err err
 		return -1, -1, int64(term), nil
 	}
 	return off, t, int64(term), nil
+}
+
+// KnownLeader returns the leader this replica's Raft knows and the term it
+// knows it in; ok is false while it knows none (e.g. during an election).
+func (r *Replica) KnownLeader() (leader metadata.BrokerID, term int64, ok bool) {
+	_, id := r.raft.LeaderWithID()
+	if id == "" {
+		return -1, 0, false
+	}
+	return BrokerOf(id), int64(r.raft.CurrentTerm()), true
 }
 
 // Status is a snapshot of the replica for DescribeReplicas.

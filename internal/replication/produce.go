@@ -170,6 +170,9 @@ func (r *Replica) applyErr(err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrRaftShutdown):
 		return r.notLeader("is not the leader")
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Refused before it was appended.
+		return r.notLeader("is handing leadership to another replica")
 	case isLeadershipErr(err):
 		return kerr.New(kerr.RequestTimedOut, "leadership of %s-%d was lost before the batch committed; it may or may not be in the log", r.cfg.Topic, r.cfg.Partition)
 	case errors.Is(err, raft.ErrEnqueueTimeout):

@@ -63,6 +63,9 @@ type leaderState struct {
 	reportedISR []metadata.BrokerID
 	// lastRetention is when retention was last checked.
 	lastRetention time.Time
+	// readySince is when readyTerm began; lastTransfer when this leader last
+	// tried to hand leadership to the preferred replica.
+	readySince, lastTransfer time.Time
 }
 
 // followerProgress is a follower's log progress as the leader sees it from
@@ -250,6 +253,7 @@ func (r *Replica) becomeReady(term uint64) {
 	}
 	now := time.Now()
 	r.lead.readyTerm = term
+	r.lead.readySince = now
 	r.lead.nextOffset = r.log.EndOffset()
 	r.lead.followers = map[metadata.BrokerID]*followerProgress{}
 	for _, id := range r.cfg.Replicas {
@@ -319,6 +323,7 @@ func (r *Replica) tick(now time.Time) {
 	if checkRetention {
 		r.lead.lastRetention = now
 	}
+	preferred, transfer := r.preferredLeaderLocked(now, isr)
 	r.lead.mu.Unlock()
 	if changed {
 		r.report(term, isr)
@@ -326,6 +331,32 @@ func (r *Replica) tick(now time.Time) {
 	if checkRetention {
 		r.applyRetention(now)
 	}
+	if transfer {
+		r.cfg.Logger.Info("handing leadership to the preferred replica", "epoch", term, "to", preferred)
+		go r.raft.LeadershipTransferToServer(ServerID(preferred), raft.ServerAddress(ServerID(preferred)))
+	}
+}
+
+// preferredLeaderLocked decides whether this leader hands leadership back to
+// the preferred replica (the first of the assignment), as Kafka's
+// auto.leader.rebalance does: only when that replica is in the ISR, holds
+// the leader's whole log, and this leader has led for PreferredLeaderDelay;
+// at most once per PreferredLeaderDelay. Raft alone would leave the
+// leaders wherever elections put them. Caller holds lead.mu.
+func (r *Replica) preferredLeaderLocked(now time.Time, isr []metadata.BrokerID) (metadata.BrokerID, bool) {
+	if r.cfg.PreferredLeaderDelay <= 0 || len(r.cfg.Replicas) < 2 {
+		return 0, false
+	}
+	pref := r.cfg.Replicas[0]
+	if pref == r.cfg.LocalID || now.Sub(r.lead.readySince) < r.cfg.PreferredLeaderDelay || now.Sub(r.lead.lastTransfer) < r.cfg.PreferredLeaderDelay {
+		return 0, false
+	}
+	f := r.lead.followers[pref]
+	if f == nil || !slices.Contains(isr, pref) || f.match < r.raft.LastIndex() {
+		return 0, false
+	}
+	r.lead.lastTransfer = now
+	return pref, true
 }
 
 // applyRetention proposes DeleteBefore when retention would delete segments;
@@ -455,5 +486,5 @@ func waitFuture(ctx context.Context, f raft.Future) error {
 // isLeadershipErr reports the Raft errors after which the entry may or may
 // not be committed later.
 func isLeadershipErr(err error) bool {
-	return errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrLeadershipTransferInProgress)
+	return errors.Is(err, raft.ErrLeadershipLost)
 }

@@ -48,6 +48,7 @@ var FastBrokerArgs = []string{
 	"--broker-heartbeat-interval", "300ms",
 	"--broker-session-timeout", "1500ms",
 	"--raft-commit-timeout", "200ms",
+	"--preferred-leader-delay", "1s",
 	"--log-level", "info",
 }
 
@@ -110,8 +111,9 @@ func dumpLogs(t testing.TB, dir string) {
 	}
 }
 
-// createTopic creates a topic and waits until every partition has a ready
-// leader with a full ISR.
+// CreateTopic creates a topic and waits until every partition is led by its
+// preferred replica (brokers hand leadership to it) with a full ISR, so that
+// a test starts from a settled cluster.
 func (e *Env) CreateTopic(name string, partitions, rf int32, configs map[string]string) {
 	e.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -119,13 +121,22 @@ func (e *Env) CreateTopic(name string, partitions, rf int32, configs map[string]
 	if err := e.Client.CreateTopics(ctx, []*tapesv1.TopicSpec{{Name: name, Partitions: partitions, ReplicationFactor: rf, Configs: configs}}, false); err != nil {
 		e.T.Fatalf("create topic %s: %v", name, err)
 	}
-	e.WaitFor(30*time.Second, fmt.Sprintf("leaders and full ISR of %s", name), func() bool {
-		md, err := e.Client.Metadata(ctx, []string{name}, true)
+	e.WaitSettled(name, 60*time.Second)
+}
+
+// WaitSettled waits until every partition of topic is led by its preferred
+// replica with every replica in the ISR.
+func (e *Env) WaitSettled(topic string, d time.Duration) {
+	e.T.Helper()
+	e.WaitFor(d, fmt.Sprintf("preferred leaders and full ISR of %s", topic), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		md, err := e.Client.Metadata(ctx, []string{topic}, true)
 		if err != nil || len(md.Topics) != 1 || md.Topics[0].Error != nil {
 			return false
 		}
 		for _, p := range md.Topics[0].Partitions {
-			if p.HighWatermark < 0 || len(p.Isr) != int(rf) {
+			if p.HighWatermark < 0 || len(p.Isr) != len(p.Replicas) || p.LeaderId != p.Replicas[0] {
 				return false
 			}
 		}

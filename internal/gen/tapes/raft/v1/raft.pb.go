@@ -26,6 +26,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type HeartbeatErrorKind int32
+
+const (
+	HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_UNSPECIFIED HeartbeatErrorKind = 0
+	// The peer has no open Transport for the group (not opened yet, or closed):
+	// what a single RPC answers with codes.Unavailable "unknown raft group".
+	HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP HeartbeatErrorKind = 1
+	// Raft answered the heartbeat with an error.
+	HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_RAFT HeartbeatErrorKind = 2
+	// Raft did not answer in time (the group is starting, restoring a snapshot
+	// or shutting down); the others of the call were not held back for it.
+	HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_NOT_ANSWERED HeartbeatErrorKind = 3
+)
+
+// Enum value maps for HeartbeatErrorKind.
+var (
+	HeartbeatErrorKind_name = map[int32]string{
+		0: "HEARTBEAT_ERROR_KIND_UNSPECIFIED",
+		1: "HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP",
+		2: "HEARTBEAT_ERROR_KIND_RAFT",
+		3: "HEARTBEAT_ERROR_KIND_NOT_ANSWERED",
+	}
+	HeartbeatErrorKind_value = map[string]int32{
+		"HEARTBEAT_ERROR_KIND_UNSPECIFIED":   0,
+		"HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP": 1,
+		"HEARTBEAT_ERROR_KIND_RAFT":          2,
+		"HEARTBEAT_ERROR_KIND_NOT_ANSWERED":  3,
+	}
+)
+
+func (x HeartbeatErrorKind) Enum() *HeartbeatErrorKind {
+	p := new(HeartbeatErrorKind)
+	*p = x
+	return p
+}
+
+func (x HeartbeatErrorKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HeartbeatErrorKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_tapes_raft_v1_raft_proto_enumTypes[0].Descriptor()
+}
+
+func (HeartbeatErrorKind) Type() protoreflect.EnumType {
+	return &file_tapes_raft_v1_raft_proto_enumTypes[0]
+}
+
+func (x HeartbeatErrorKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HeartbeatErrorKind.Descriptor instead.
+func (HeartbeatErrorKind) EnumDescriptor() ([]byte, []int) {
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{0}
+}
+
 type RPCHeader struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion int64                  `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -840,6 +897,234 @@ func (x *InstallSnapshotResponse) GetSuccess() bool {
 	return false
 }
 
+type HeartbeatRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Heartbeat-shaped AppendEntries requests, each naming its group; a group
+	// appears at most once per message in practice, but nothing relies on it.
+	Heartbeats    []*AppendEntriesRequest `protobuf:"bytes,1,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatRequest) ProtoMessage() {}
+
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *HeartbeatRequest) GetHeartbeats() []*AppendEntriesRequest {
+	if x != nil {
+		return x.Heartbeats
+	}
+	return nil
+}
+
+type HeartbeatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per element of HeartbeatRequest.heartbeats, in the same order.
+	Results       []*HeartbeatResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *HeartbeatResponse) GetResults() []*HeartbeatResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// The answer to one heartbeat of a HeartbeatRequest: raft's response, or why
+// there is none.
+type HeartbeatResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*HeartbeatResult_Response
+	//	*HeartbeatResult_Error
+	Result        isHeartbeatResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResult) Reset() {
+	*x = HeartbeatResult{}
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResult) ProtoMessage() {}
+
+func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
+func (*HeartbeatResult) Descriptor() ([]byte, []int) {
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *HeartbeatResult) GetResult() isHeartbeatResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *HeartbeatResult) GetResponse() *AppendEntriesResponse {
+	if x != nil {
+		if x, ok := x.Result.(*HeartbeatResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *HeartbeatResult) GetError() *HeartbeatError {
+	if x != nil {
+		if x, ok := x.Result.(*HeartbeatResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isHeartbeatResult_Result interface {
+	isHeartbeatResult_Result()
+}
+
+type HeartbeatResult_Response struct {
+	Response *AppendEntriesResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type HeartbeatResult_Error struct {
+	Error *HeartbeatError `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*HeartbeatResult_Response) isHeartbeatResult_Result() {}
+
+func (*HeartbeatResult_Error) isHeartbeatResult_Result() {}
+
+type HeartbeatError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  HeartbeatErrorKind     `protobuf:"varint,1,opt,name=kind,proto3,enum=tapes.raft.v1.HeartbeatErrorKind" json:"kind,omitempty"`
+	// Human-readable detail; for HEARTBEAT_ERROR_KIND_RAFT, raft's error text.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatError) Reset() {
+	*x = HeartbeatError{}
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatError) ProtoMessage() {}
+
+func (x *HeartbeatError) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatError.ProtoReflect.Descriptor instead.
+func (*HeartbeatError) Descriptor() ([]byte, []int) {
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HeartbeatError) GetKind() HeartbeatErrorKind {
+	if x != nil {
+		return x.Kind
+	}
+	return HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_UNSPECIFIED
+}
+
+func (x *HeartbeatError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_tapes_raft_v1_raft_proto protoreflect.FileDescriptor
 
 const file_tapes_raft_v1_raft_proto_rawDesc = "" +
@@ -910,13 +1195,32 @@ const file_tapes_raft_v1_raft_proto_rawDesc = "" +
 	"\x17InstallSnapshotResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tapes.raft.v1.RPCHeaderR\x06header\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x18\n" +
-	"\asuccess\x18\x03 \x01(\bR\asuccess2\xf6\x02\n" +
+	"\asuccess\x18\x03 \x01(\bR\asuccess\"W\n" +
+	"\x10HeartbeatRequest\x12C\n" +
+	"\n" +
+	"heartbeats\x18\x01 \x03(\v2#.tapes.raft.v1.AppendEntriesRequestR\n" +
+	"heartbeats\"M\n" +
+	"\x11HeartbeatResponse\x128\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.tapes.raft.v1.HeartbeatResultR\aresults\"\x96\x01\n" +
+	"\x0fHeartbeatResult\x12B\n" +
+	"\bresponse\x18\x01 \x01(\v2$.tapes.raft.v1.AppendEntriesResponseH\x00R\bresponse\x125\n" +
+	"\x05error\x18\x02 \x01(\v2\x1d.tapes.raft.v1.HeartbeatErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"a\n" +
+	"\x0eHeartbeatError\x125\n" +
+	"\x04kind\x18\x01 \x01(\x0e2!.tapes.raft.v1.HeartbeatErrorKindR\x04kind\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*\xa8\x01\n" +
+	"\x12HeartbeatErrorKind\x12$\n" +
+	" HEARTBEAT_ERROR_KIND_UNSPECIFIED\x10\x00\x12&\n" +
+	"\"HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP\x10\x01\x12\x1d\n" +
+	"\x19HEARTBEAT_ERROR_KIND_RAFT\x10\x02\x12%\n" +
+	"!HEARTBEAT_ERROR_KIND_NOT_ANSWERED\x10\x032\xc6\x03\n" +
 	"\vRaftService\x12Z\n" +
 	"\rAppendEntries\x12#.tapes.raft.v1.AppendEntriesRequest\x1a$.tapes.raft.v1.AppendEntriesResponse\x12T\n" +
 	"\vRequestVote\x12!.tapes.raft.v1.RequestVoteRequest\x1a\".tapes.raft.v1.RequestVoteResponse\x12Q\n" +
 	"\n" +
 	"TimeoutNow\x12 .tapes.raft.v1.TimeoutNowRequest\x1a!.tapes.raft.v1.TimeoutNowResponse\x12b\n" +
-	"\x0fInstallSnapshot\x12%.tapes.raft.v1.InstallSnapshotRequest\x1a&.tapes.raft.v1.InstallSnapshotResponse(\x01B>Z<github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1;raftv1b\x06proto3"
+	"\x0fInstallSnapshot\x12%.tapes.raft.v1.InstallSnapshotRequest\x1a&.tapes.raft.v1.InstallSnapshotResponse(\x01\x12N\n" +
+	"\tHeartbeat\x12\x1f.tapes.raft.v1.HeartbeatRequest\x1a .tapes.raft.v1.HeartbeatResponseB>Z<github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1;raftv1b\x06proto3"
 
 var (
 	file_tapes_raft_v1_raft_proto_rawDescOnce sync.Once
@@ -930,44 +1234,57 @@ func file_tapes_raft_v1_raft_proto_rawDescGZIP() []byte {
 	return file_tapes_raft_v1_raft_proto_rawDescData
 }
 
-var file_tapes_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_tapes_raft_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_tapes_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_tapes_raft_v1_raft_proto_goTypes = []any{
-	(*RPCHeader)(nil),               // 0: tapes.raft.v1.RPCHeader
-	(*Log)(nil),                     // 1: tapes.raft.v1.Log
-	(*AppendEntriesRequest)(nil),    // 2: tapes.raft.v1.AppendEntriesRequest
-	(*AppendEntriesResponse)(nil),   // 3: tapes.raft.v1.AppendEntriesResponse
-	(*RequestVoteRequest)(nil),      // 4: tapes.raft.v1.RequestVoteRequest
-	(*RequestVoteResponse)(nil),     // 5: tapes.raft.v1.RequestVoteResponse
-	(*TimeoutNowRequest)(nil),       // 6: tapes.raft.v1.TimeoutNowRequest
-	(*TimeoutNowResponse)(nil),      // 7: tapes.raft.v1.TimeoutNowResponse
-	(*InstallSnapshotMeta)(nil),     // 8: tapes.raft.v1.InstallSnapshotMeta
-	(*InstallSnapshotRequest)(nil),  // 9: tapes.raft.v1.InstallSnapshotRequest
-	(*InstallSnapshotResponse)(nil), // 10: tapes.raft.v1.InstallSnapshotResponse
+	(HeartbeatErrorKind)(0),         // 0: tapes.raft.v1.HeartbeatErrorKind
+	(*RPCHeader)(nil),               // 1: tapes.raft.v1.RPCHeader
+	(*Log)(nil),                     // 2: tapes.raft.v1.Log
+	(*AppendEntriesRequest)(nil),    // 3: tapes.raft.v1.AppendEntriesRequest
+	(*AppendEntriesResponse)(nil),   // 4: tapes.raft.v1.AppendEntriesResponse
+	(*RequestVoteRequest)(nil),      // 5: tapes.raft.v1.RequestVoteRequest
+	(*RequestVoteResponse)(nil),     // 6: tapes.raft.v1.RequestVoteResponse
+	(*TimeoutNowRequest)(nil),       // 7: tapes.raft.v1.TimeoutNowRequest
+	(*TimeoutNowResponse)(nil),      // 8: tapes.raft.v1.TimeoutNowResponse
+	(*InstallSnapshotMeta)(nil),     // 9: tapes.raft.v1.InstallSnapshotMeta
+	(*InstallSnapshotRequest)(nil),  // 10: tapes.raft.v1.InstallSnapshotRequest
+	(*InstallSnapshotResponse)(nil), // 11: tapes.raft.v1.InstallSnapshotResponse
+	(*HeartbeatRequest)(nil),        // 12: tapes.raft.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),       // 13: tapes.raft.v1.HeartbeatResponse
+	(*HeartbeatResult)(nil),         // 14: tapes.raft.v1.HeartbeatResult
+	(*HeartbeatError)(nil),          // 15: tapes.raft.v1.HeartbeatError
 }
 var file_tapes_raft_v1_raft_proto_depIdxs = []int32{
-	0,  // 0: tapes.raft.v1.AppendEntriesRequest.header:type_name -> tapes.raft.v1.RPCHeader
-	1,  // 1: tapes.raft.v1.AppendEntriesRequest.entries:type_name -> tapes.raft.v1.Log
-	0,  // 2: tapes.raft.v1.AppendEntriesResponse.header:type_name -> tapes.raft.v1.RPCHeader
-	0,  // 3: tapes.raft.v1.RequestVoteRequest.header:type_name -> tapes.raft.v1.RPCHeader
-	0,  // 4: tapes.raft.v1.RequestVoteResponse.header:type_name -> tapes.raft.v1.RPCHeader
-	0,  // 5: tapes.raft.v1.TimeoutNowRequest.header:type_name -> tapes.raft.v1.RPCHeader
-	0,  // 6: tapes.raft.v1.TimeoutNowResponse.header:type_name -> tapes.raft.v1.RPCHeader
-	0,  // 7: tapes.raft.v1.InstallSnapshotMeta.header:type_name -> tapes.raft.v1.RPCHeader
-	8,  // 8: tapes.raft.v1.InstallSnapshotRequest.meta:type_name -> tapes.raft.v1.InstallSnapshotMeta
-	0,  // 9: tapes.raft.v1.InstallSnapshotResponse.header:type_name -> tapes.raft.v1.RPCHeader
-	2,  // 10: tapes.raft.v1.RaftService.AppendEntries:input_type -> tapes.raft.v1.AppendEntriesRequest
-	4,  // 11: tapes.raft.v1.RaftService.RequestVote:input_type -> tapes.raft.v1.RequestVoteRequest
-	6,  // 12: tapes.raft.v1.RaftService.TimeoutNow:input_type -> tapes.raft.v1.TimeoutNowRequest
-	9,  // 13: tapes.raft.v1.RaftService.InstallSnapshot:input_type -> tapes.raft.v1.InstallSnapshotRequest
-	3,  // 14: tapes.raft.v1.RaftService.AppendEntries:output_type -> tapes.raft.v1.AppendEntriesResponse
-	5,  // 15: tapes.raft.v1.RaftService.RequestVote:output_type -> tapes.raft.v1.RequestVoteResponse
-	7,  // 16: tapes.raft.v1.RaftService.TimeoutNow:output_type -> tapes.raft.v1.TimeoutNowResponse
-	10, // 17: tapes.raft.v1.RaftService.InstallSnapshot:output_type -> tapes.raft.v1.InstallSnapshotResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	1,  // 0: tapes.raft.v1.AppendEntriesRequest.header:type_name -> tapes.raft.v1.RPCHeader
+	2,  // 1: tapes.raft.v1.AppendEntriesRequest.entries:type_name -> tapes.raft.v1.Log
+	1,  // 2: tapes.raft.v1.AppendEntriesResponse.header:type_name -> tapes.raft.v1.RPCHeader
+	1,  // 3: tapes.raft.v1.RequestVoteRequest.header:type_name -> tapes.raft.v1.RPCHeader
+	1,  // 4: tapes.raft.v1.RequestVoteResponse.header:type_name -> tapes.raft.v1.RPCHeader
+	1,  // 5: tapes.raft.v1.TimeoutNowRequest.header:type_name -> tapes.raft.v1.RPCHeader
+	1,  // 6: tapes.raft.v1.TimeoutNowResponse.header:type_name -> tapes.raft.v1.RPCHeader
+	1,  // 7: tapes.raft.v1.InstallSnapshotMeta.header:type_name -> tapes.raft.v1.RPCHeader
+	9,  // 8: tapes.raft.v1.InstallSnapshotRequest.meta:type_name -> tapes.raft.v1.InstallSnapshotMeta
+	1,  // 9: tapes.raft.v1.InstallSnapshotResponse.header:type_name -> tapes.raft.v1.RPCHeader
+	3,  // 10: tapes.raft.v1.HeartbeatRequest.heartbeats:type_name -> tapes.raft.v1.AppendEntriesRequest
+	14, // 11: tapes.raft.v1.HeartbeatResponse.results:type_name -> tapes.raft.v1.HeartbeatResult
+	4,  // 12: tapes.raft.v1.HeartbeatResult.response:type_name -> tapes.raft.v1.AppendEntriesResponse
+	15, // 13: tapes.raft.v1.HeartbeatResult.error:type_name -> tapes.raft.v1.HeartbeatError
+	0,  // 14: tapes.raft.v1.HeartbeatError.kind:type_name -> tapes.raft.v1.HeartbeatErrorKind
+	3,  // 15: tapes.raft.v1.RaftService.AppendEntries:input_type -> tapes.raft.v1.AppendEntriesRequest
+	5,  // 16: tapes.raft.v1.RaftService.RequestVote:input_type -> tapes.raft.v1.RequestVoteRequest
+	7,  // 17: tapes.raft.v1.RaftService.TimeoutNow:input_type -> tapes.raft.v1.TimeoutNowRequest
+	10, // 18: tapes.raft.v1.RaftService.InstallSnapshot:input_type -> tapes.raft.v1.InstallSnapshotRequest
+	12, // 19: tapes.raft.v1.RaftService.Heartbeat:input_type -> tapes.raft.v1.HeartbeatRequest
+	4,  // 20: tapes.raft.v1.RaftService.AppendEntries:output_type -> tapes.raft.v1.AppendEntriesResponse
+	6,  // 21: tapes.raft.v1.RaftService.RequestVote:output_type -> tapes.raft.v1.RequestVoteResponse
+	8,  // 22: tapes.raft.v1.RaftService.TimeoutNow:output_type -> tapes.raft.v1.TimeoutNowResponse
+	11, // 23: tapes.raft.v1.RaftService.InstallSnapshot:output_type -> tapes.raft.v1.InstallSnapshotResponse
+	13, // 24: tapes.raft.v1.RaftService.Heartbeat:output_type -> tapes.raft.v1.HeartbeatResponse
+	20, // [20:25] is the sub-list for method output_type
+	15, // [15:20] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_tapes_raft_v1_raft_proto_init() }
@@ -975,18 +1292,23 @@ func file_tapes_raft_v1_raft_proto_init() {
 	if File_tapes_raft_v1_raft_proto != nil {
 		return
 	}
+	file_tapes_raft_v1_raft_proto_msgTypes[13].OneofWrappers = []any{
+		(*HeartbeatResult_Response)(nil),
+		(*HeartbeatResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tapes_raft_v1_raft_proto_rawDesc), len(file_tapes_raft_v1_raft_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   11,
+			NumEnums:      1,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_tapes_raft_v1_raft_proto_goTypes,
 		DependencyIndexes: file_tapes_raft_v1_raft_proto_depIdxs,
+		EnumInfos:         file_tapes_raft_v1_raft_proto_enumTypes,
 		MessageInfos:      file_tapes_raft_v1_raft_proto_msgTypes,
 	}.Build()
 	File_tapes_raft_v1_raft_proto = out.File

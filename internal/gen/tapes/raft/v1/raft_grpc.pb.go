@@ -28,6 +28,7 @@ const (
 	RaftService_RequestVote_FullMethodName     = "/tapes.raft.v1.RaftService/RequestVote"
 	RaftService_TimeoutNow_FullMethodName      = "/tapes.raft.v1.RaftService/TimeoutNow"
 	RaftService_InstallSnapshot_FullMethodName = "/tapes.raft.v1.RaftService/InstallSnapshot"
+	RaftService_Heartbeat_FullMethodName       = "/tapes.raft.v1.RaftService/Heartbeat"
 )
 
 // RaftServiceClient is the client API for RaftService service.
@@ -39,6 +40,12 @@ type RaftServiceClient interface {
 	TimeoutNow(ctx context.Context, in *TimeoutNowRequest, opts ...grpc.CallOption) (*TimeoutNowResponse, error)
 	// The first message carries the request; the ones after it carry data.
 	InstallSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[InstallSnapshotRequest, InstallSnapshotResponse], error)
+	// Heartbeats of many groups to one peer in one call: the leader side
+	// coalesces the heartbeats (AppendEntries carrying only a term and a leader)
+	// that its groups send to this peer within a few milliseconds. Each is
+	// answered as its own AppendEntries would be; the answer to one never fails
+	// the others.
+	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 }
 
 type raftServiceClient struct {
@@ -92,6 +99,16 @@ func (c *raftServiceClient) InstallSnapshot(ctx context.Context, opts ...grpc.Ca
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftService_InstallSnapshotClient = grpc.ClientStreamingClient[InstallSnapshotRequest, InstallSnapshotResponse]
 
+func (c *raftServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HeartbeatResponse)
+	err := c.cc.Invoke(ctx, RaftService_Heartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RaftServiceServer is the server API for RaftService service.
 // All implementations must embed UnimplementedRaftServiceServer
 // for forward compatibility.
@@ -101,6 +118,12 @@ type RaftServiceServer interface {
 	TimeoutNow(context.Context, *TimeoutNowRequest) (*TimeoutNowResponse, error)
 	// The first message carries the request; the ones after it carry data.
 	InstallSnapshot(grpc.ClientStreamingServer[InstallSnapshotRequest, InstallSnapshotResponse]) error
+	// Heartbeats of many groups to one peer in one call: the leader side
+	// coalesces the heartbeats (AppendEntries carrying only a term and a leader)
+	// that its groups send to this peer within a few milliseconds. Each is
+	// answered as its own AppendEntries would be; the answer to one never fails
+	// the others.
+	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	mustEmbedUnimplementedRaftServiceServer()
 }
 
@@ -122,6 +145,9 @@ func (UnimplementedRaftServiceServer) TimeoutNow(context.Context, *TimeoutNowReq
 }
 func (UnimplementedRaftServiceServer) InstallSnapshot(grpc.ClientStreamingServer[InstallSnapshotRequest, InstallSnapshotResponse]) error {
 	return status.Error(codes.Unimplemented, "method InstallSnapshot not implemented")
+}
+func (UnimplementedRaftServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
 }
 func (UnimplementedRaftServiceServer) mustEmbedUnimplementedRaftServiceServer() {}
 func (UnimplementedRaftServiceServer) testEmbeddedByValue()                     {}
@@ -205,6 +231,24 @@ func _RaftService_InstallSnapshot_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftService_InstallSnapshotServer = grpc.ClientStreamingServer[InstallSnapshotRequest, InstallSnapshotResponse]
 
+func _RaftService_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServiceServer).Heartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RaftService_Heartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServiceServer).Heartbeat(ctx, req.(*HeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RaftService_ServiceDesc is the grpc.ServiceDesc for RaftService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -223,6 +267,10 @@ var RaftService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TimeoutNow",
 			Handler:    _RaftService_TimeoutNow_Handler,
+		},
+		{
+			MethodName: "Heartbeat",
+			Handler:    _RaftService_Heartbeat_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
