@@ -142,7 +142,7 @@ type Config struct {
 	// leadership to it after leading this long, once it is caught up (0:
 	// never; Kafka's auto.leader.rebalance.enable).
 	PreferredLeaderDelay time.Duration
-	Transport              Transport
+	Transport            Transport
 	// Observer, if set, is registered on the Raft instance (the broker's one
 	// non-blocking observer for all groups).
 	Observer *raft.Observer
