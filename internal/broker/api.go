@@ -195,7 +195,11 @@ func (a *api) createTopic(ctx context.Context, spec *tapesv1.TopicSpec, validate
 	if err != nil {
 		return err
 	}
-	return res.Err()
+	if err := res.Err(); err != nil {
+		return err
+	}
+	a.b.waitMeta(ctx, func(s *metadata.State) bool { return s.Topics[spec.Name] != nil })
+	return nil
 }
 
 func (a *api) DeleteTopics(ctx context.Context, req *tapesv1.DeleteTopicsRequest) (*tapesv1.DeleteTopicsResponse, error) {
@@ -204,6 +208,9 @@ func (a *api) DeleteTopics(ctx context.Context, req *tapesv1.DeleteTopicsRequest
 		res, err := a.b.propose(ctx, &metadata.Command{Op: metadata.OpDeleteTopic, Name: name})
 		if err == nil {
 			err = res.Err()
+		}
+		if err == nil {
+			a.b.waitMeta(ctx, func(s *metadata.State) bool { return s.Topics[name] == nil })
 		}
 		var detail *tapesv1.ErrorDetail
 		if err != nil {

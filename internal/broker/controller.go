@@ -217,3 +217,19 @@ func (b *Broker) alive(id metadata.BrokerID) bool {
 	defer b.mu.Unlock()
 	return time.Since(b.lastSeen[id]) < b.cfg.SessionTimeout
 }
+
+// waitMeta waits (up to 3 s, or ctx) until this broker's copy of the
+// metadata satisfies cond: a change committed through another broker is
+// then visible here, so a client that asks this broker next reads its own
+// write.
+func (b *Broker) waitMeta(ctx context.Context, cond func(*metadata.State) bool) {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		ok := false
+		b.meta.View(func(s *metadata.State) { ok = cond(s) })
+		if ok || time.Now().After(deadline) || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
