@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -48,6 +49,7 @@ func run(args []string) error {
 		advertise = fs.String("advertise", "", "address clients dial to reach this broker (default: the listening address)")
 		peers     = fs.String("peers", "", "every broker of the cluster, this one included, as ID=HOST:PORT,... : how this broker reaches each (required)")
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		metrics   = fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100; off when empty)")
 	)
 	fs.DurationVar(&def.Raft.HeartbeatTimeout, "raft-heartbeat-timeout", def.Raft.HeartbeatTimeout, "Raft heartbeat timeout: a follower that hears nothing for this long starts an election")
 	fs.DurationVar(&def.Raft.ElectionTimeout, "raft-election-timeout", def.Raft.ElectionTimeout, "Raft election timeout (at least the heartbeat timeout)")
@@ -99,6 +101,19 @@ func run(args []string) error {
 	defer stop()
 	served := make(chan error, 1)
 	go func() { served <- b.Serve(lis) }()
+	if *metrics != "" {
+		mlis, err := net.Listen("tcp", *metrics)
+		if err != nil {
+			b.Shutdown(context.Background())
+			return fmt.Errorf("--metrics-listen %s: %w", *metrics, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", b.MetricsHandler())
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go msrv.Serve(mlis)
+		defer msrv.Close()
+		logger.Info("serving metrics", "url", "http://"+mlis.Addr().String()+"/metrics")
+	}
 	select {
 	case err := <-served:
 		if err != nil {

@@ -259,7 +259,9 @@ func (a *api) leaderReplica(topic string, partition int32) (*replication.Replica
 	return r, nil
 }
 
-func (a *api) Produce(ctx context.Context, req *tapesv1.ProduceRequest) (*tapesv1.ProduceResponse, error) {
+func (a *api) Produce(ctx context.Context, req *tapesv1.ProduceRequest) (resp *tapesv1.ProduceResponse, err error) {
+	start := time.Now()
+	defer func() { a.b.metrics.observeProduce(req.Acks, len(req.Records), start, err) }()
 	r, err := a.leaderReplica(req.Topic, req.Partition)
 	if err != nil {
 		return nil, kerr.ToStatus(err)
@@ -294,7 +296,8 @@ func (a *api) Produce(ctx context.Context, req *tapesv1.ProduceRequest) (*tapesv
 	return &tapesv1.ProduceResponse{BaseOffset: res.BaseOffset, LogStartOffset: res.LogStart, LeaderEpoch: res.Epoch}, nil
 }
 
-func (a *api) Fetch(ctx context.Context, req *tapesv1.FetchRequest) (*tapesv1.FetchResponse, error) {
+func (a *api) Fetch(ctx context.Context, req *tapesv1.FetchRequest) (resp *tapesv1.FetchResponse, err error) {
+	defer func() { a.b.metrics.fetch.WithLabelValues(string(kerr.CodeOf(kerr.FromStatus(err)))).Inc() }()
 	r, err := a.leaderReplica(req.Topic, req.Partition)
 	if err != nil {
 		return nil, kerr.ToStatus(err)

@@ -57,6 +57,7 @@ type Broker struct {
 	lastSeen map[metadata.BrokerID]time.Time
 
 	reports *reporter
+	metrics *metrics
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -95,6 +96,7 @@ func New(cfg Config) (*Broker, error) {
 		return false
 	})
 	b.reports = newReporter(b)
+	b.metrics = newMetrics(b)
 	mux, err := raftnet.NewMux(raftnet.Config{
 		LocalID: replication.ServerID(cfg.ID),
 		Resolve: b.resolvePeer,
