@@ -69,3 +69,34 @@ func TestRetentionDeletesSegments(t *testing.T) {
 		t.Fatalf("fetch past the high watermark: %v, want %s", err, kerr.OffsetOutOfRange)
 	}
 }
+
+// TestRetentionByTime: segments whose newest record is older than
+// retention.ms are deleted (never the active one), on every replica.
+func TestRetentionByTime(t *testing.T) {
+	e := start(t, 3)
+	e.CreateTopic("aging", 1, 3, map[string]string{"segment.bytes": "2048", "retention.ms": "1500"})
+	e.ProduceN("aging", 0, strings.Repeat("y", 100), 200)
+	hw := e.Partition("aging", 0).HighWatermark
+	if start := e.Partition("aging", 0).LogStartOffset; start != 0 {
+		t.Fatalf("log start %d before retention.ms passed", start)
+	}
+	e.WaitFor(20*time.Second, "time retention to delete every sealed segment on every replica", func() bool {
+		for _, b := range e.Brokers() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			resp, err := e.Client.DescribeReplicas(ctx, b.ID)
+			cancel()
+			if err != nil || len(resp.Replicas) != 1 {
+				return false
+			}
+			// Only the active segment may remain: its base offset is the new start.
+			if r := resp.Replicas[0]; r.LogStartOffset == 0 || r.LogStartOffset >= hw || r.HighWatermark != hw {
+				return false
+			}
+		}
+		return true
+	})
+	recs := e.ReadAll("aging", 0)
+	if len(recs) == 0 || recs[len(recs)-1].Offset != hw-1 {
+		t.Fatalf("the active segment's records must stay readable: got %d records", len(recs))
+	}
+}
