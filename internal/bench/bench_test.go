@@ -138,47 +138,57 @@ func runProduce(t *testing.T, e *testcluster.Env, topic string, parts, acks int3
 	return produceResult{recsPerSec: n / elapsed, mbPerSec: n * float64(size) / elapsed / 1e6, latencies: lat}
 }
 
-// TestBenchFailover prints the time from SIGKILL of a partition leader to
+// TestBenchFailover prints the time from a fault of a partition leader to
 // the next acks=all success, over several rounds, and how much of it the
 // Raft election took (a surviving replica reporting itself ready leader).
+// Two faults: SIGKILL (the port then refuses connections, and survivors
+// stand for election at once) and SIGSTOP (the process hangs, and only Raft's
+// heartbeat timeout finds it).
 func TestBenchFailover(t *testing.T) {
 	needBench(t)
 	e := testcluster.Start(t, binDir, 3)
 	e.CreateTopic("fo", 1, 3, map[string]string{"min.insync.replicas": "2"})
 	rounds := setting("TAPES_BENCH_FAILOVERS", 7)
-	var times, elections []time.Duration
-	for i := 0; i < rounds; i++ {
-		leader := e.Partition("fo", 0).LeaderId
-		e.ProduceN("fo", 0, fmt.Sprintf("r%d", i), 50)
-		if err := e.C.Kill(testcluster.BrokerName(leader)); err != nil {
-			t.Fatal(err)
-		}
-		killed := time.Now()
-		elected := make(chan time.Duration, 1)
-		stop := make(chan struct{})
-		go watchElection(e, testcluster.Others([]int32{1, 2, 3}, leader), killed, elected, stop)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			_, err := e.Client.Produce(ctx, &tapesv1.ProduceRequest{Topic: "fo", Partition: 0, Acks: -1, Records: testcluster.Records("probe", 0, 1), TimeoutMs: 400})
-			cancel()
-			if err == nil {
-				break
+	fmt.Printf("\nfailover, %d rounds each (500 ms Raft heartbeat and election timeouts):\n", rounds)
+	for _, fault := range []string{"SIGKILL", "SIGSTOP"} {
+		var times, elections []time.Duration
+		for i := 0; i < rounds; i++ {
+			leader := e.Partition("fo", 0).LeaderId
+			name := testcluster.BrokerName(leader)
+			e.ProduceN("fo", 0, fmt.Sprintf("r%d", i), 50)
+			inject, heal := e.C.Kill, e.C.Restart
+			if fault == "SIGSTOP" {
+				inject, heal = e.C.Pause, e.C.Resume
 			}
-			if time.Since(killed) > 30*time.Second {
-				t.Fatalf("no acks=all success 30s after killing the leader: %v", err)
+			if err := inject(name); err != nil {
+				t.Fatal(err)
 			}
+			faulted := time.Now()
+			elected := make(chan time.Duration, 1)
+			stop := make(chan struct{})
+			go watchElection(e, testcluster.Others([]int32{1, 2, 3}, leader), faulted, elected, stop)
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				_, err := e.Client.Produce(ctx, &tapesv1.ProduceRequest{Topic: "fo", Partition: 0, Acks: -1, Records: testcluster.Records("probe", 0, 1), TimeoutMs: 400})
+				cancel()
+				if err == nil {
+					break
+				}
+				if time.Since(faulted) > 30*time.Second {
+					t.Fatalf("no acks=all success 30s after %s of the leader: %v", fault, err)
+				}
+			}
+			times = append(times, time.Since(faulted))
+			close(stop)
+			elections = append(elections, <-elected)
+			if err := heal(name); err != nil {
+				t.Fatal(err)
+			}
+			e.WaitSettled("fo", 60*time.Second)
 		}
-		times = append(times, time.Since(killed))
-		close(stop)
-		elections = append(elections, <-elected)
-		if err := e.C.Restart(testcluster.BrokerName(leader)); err != nil {
-			t.Fatal(err)
-		}
-		e.WaitSettled("fo", 60*time.Second)
+		fmt.Printf("  %s of the leader -> next acks=all success: %s\n", fault, summary(times))
+		fmt.Printf("  %s of the leader -> a survivor leads (election + barrier): %s\n", fault, summary(elections))
 	}
-	fmt.Printf("\nfailover, %d rounds (500 ms Raft heartbeat and election timeouts):\n", rounds)
-	fmt.Printf("  SIGKILL of the leader -> next acks=all success: %s\n", summary(times))
-	fmt.Printf("  SIGKILL of the leader -> a survivor leads (Raft election + barrier): %s\n", summary(elections))
 }
 
 // watchElection polls the survivors until one reports itself a ready leader

@@ -183,7 +183,8 @@ func (b *Broker) openController() error {
 // Serve runs the broker on lis until Shutdown: the gRPC server, broker
 // registration, heartbeats, replica reconciliation and leader reports.
 func (b *Broker) Serve(lis net.Listener) error {
-	b.wg.Add(5)
+	b.wg.Add(6)
+	go b.watchPeers()
 	go b.observe()
 	go b.registerLoop()
 	go b.heartbeatLoop()

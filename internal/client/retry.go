@@ -170,6 +170,9 @@ func (c *Client) leaderCall(ctx context.Context, op, topic string, partition int
 			err = c.convert(err)
 		}
 		if ctx.Err() != nil {
+			// The caller's deadline ended this attempt: a leader that did
+			// not answer in time is suspect for the next call too.
+			c.observe(topic, partition, err)
 			if kerr.CodeOf(err) != "" || last == nil {
 				last = err
 			}

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -110,6 +111,9 @@ type Transport interface {
 	// SetAppendObserver registers fn, called on the replicating goroutine
 	// after every answered non-heartbeat AppendEntries; fn must not block.
 	SetAppendObserver(fn raftnet.AppendObserver)
+	// TriggerElection makes the local Raft instance a candidate at once,
+	// with the leadership-transfer flag (see CandidateAfterCrash).
+	TriggerElection(ctx context.Context, from raft.ServerID) error
 }
 
 // Report is a leader's view of its partition, sent to the controller.

@@ -488,3 +488,42 @@ func waitFuture(ctx context.Context, f raft.Future) error {
 func isLeadershipErr(err error) bool {
 	return errors.Is(err, raft.ErrLeadershipLost)
 }
+
+// StandFor is the replica that stands for election when leader's process
+// is known to be gone: the first replica in assignment order other than
+// leader. Every survivor applies the same rule, so exactly one stands and
+// the others vote for it.
+func StandFor(replicas []metadata.BrokerID, leader metadata.BrokerID) metadata.BrokerID {
+	for _, id := range replicas {
+		if id != leader {
+			return id
+		}
+	}
+	return -1
+}
+
+// CandidateAfterCrash is called when broker dead refuses connections (its
+// process is gone). If dead leads this partition and this replica is the
+// one StandFor chooses, it becomes a candidate at once instead of waiting
+// for Raft's heartbeat timeout. A paused or partitioned leader still
+// accepts or hangs connections, so it is deposed by the timeouts as usual.
+// It reports whether an election was started.
+func (r *Replica) CandidateAfterCrash(dead metadata.BrokerID) bool {
+	if r.closed.Load() || r.raft.State() != raft.Follower {
+		return false
+	}
+	if _, id := r.raft.LeaderWithID(); id == "" || BrokerOf(id) != dead {
+		return false
+	}
+	if StandFor(r.cfg.Replicas, dead) != r.cfg.LocalID {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := r.cfg.Transport.TriggerElection(ctx, ServerID(dead)); err != nil {
+		r.cfg.Logger.Warn("could not start an election after the leader crashed", "leader", dead, "err", err)
+		return false
+	}
+	r.cfg.Logger.Info("leader's broker is gone: standing for election", "dead_leader", dead)
+	return true
+}

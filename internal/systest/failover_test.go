@@ -8,6 +8,8 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/client"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/replication"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
@@ -73,6 +75,12 @@ func TestAcksAllSurvivesLeaderKill(t *testing.T) {
 	if got := e.Partition("orders", 0).LeaderId; got == leader {
 		t.Fatalf("broker-%d still leads after it was killed", leader)
 	}
+	// The killed leader's port refuses connections, so the replica chosen
+	// to stand did not wait for Raft's heartbeat timeout.
+	stand := testcluster.BrokerName(int32(replication.StandFor(ids(e.Partition("orders", 0).Replicas), metadata.BrokerID(leader))))
+	if !e.LogContains(stand, "standing for election") {
+		t.Errorf("%s did not stand for election after the leader's crash", stand)
+	}
 	if len(acked) < total/2 {
 		t.Fatalf("only %d of %d records acknowledged", len(acked), total)
 	}
@@ -101,3 +109,11 @@ func TestAcksAllSurvivesLeaderKill(t *testing.T) {
 }
 
 //END
+
+func ids(in []int32) []metadata.BrokerID {
+	out := make([]metadata.BrokerID, len(in))
+	for i, id := range in {
+		out[i] = metadata.BrokerID(id)
+	}
+	return out
+}
