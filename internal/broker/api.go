@@ -344,3 +344,16 @@ func (a *api) ListOffsets(ctx context.Context, req *tapesv1.ListOffsetsRequest) 
 	}
 	return &tapesv1.ListOffsetsResponse{Offset: off, TimestampMs: ts, LeaderEpoch: epoch}, nil
 }
+
+// InitProducerId allocates a producer id through the controller quorum, so
+// ids are unique across the cluster and survive every failover.
+func (a *api) InitProducerId(ctx context.Context, _ *tapesv1.InitProducerIdRequest) (*tapesv1.InitProducerIdResponse, error) {
+	res, err := a.b.propose(ctx, &metadata.Command{Op: metadata.OpAllocProducerID})
+	if err == nil {
+		err = res.Err()
+	}
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	return &tapesv1.InitProducerIdResponse{ProducerId: res.ProducerID, ProducerEpoch: 0}, nil
+}

@@ -1285,6 +1285,94 @@ func (x *ListOffsetsResponse) GetLeaderEpoch() int64 {
 	return 0
 }
 
+type InitProducerIdRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InitProducerIdRequest) Reset() {
+	*x = InitProducerIdRequest{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InitProducerIdRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InitProducerIdRequest) ProtoMessage() {}
+
+func (x *InitProducerIdRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InitProducerIdRequest.ProtoReflect.Descriptor instead.
+func (*InitProducerIdRequest) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{19}
+}
+
+type InitProducerIdResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	ProducerEpoch int32                  `protobuf:"varint,2,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InitProducerIdResponse) Reset() {
+	*x = InitProducerIdResponse{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InitProducerIdResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InitProducerIdResponse) ProtoMessage() {}
+
+func (x *InitProducerIdResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InitProducerIdResponse.ProtoReflect.Descriptor instead.
+func (*InitProducerIdResponse) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *InitProducerIdResponse) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *InitProducerIdResponse) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
 var File_tapes_v1_broker_proto protoreflect.FileDescriptor
 
 const file_tapes_v1_broker_proto_rawDesc = "" +
@@ -1391,14 +1479,20 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x13ListOffsetsResponse\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12!\n" +
 	"\ftimestamp_ms\x18\x02 \x01(\x03R\vtimestampMs\x12!\n" +
-	"\fleader_epoch\x18\x03 \x01(\x03R\vleaderEpoch2\xb6\x03\n" +
+	"\fleader_epoch\x18\x03 \x01(\x03R\vleaderEpoch\"\x17\n" +
+	"\x15InitProducerIdRequest\"`\n" +
+	"\x16InitProducerIdResponse\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch2\x8b\x04\n" +
 	"\rBrokerService\x12A\n" +
 	"\bMetadata\x12\x19.tapes.v1.MetadataRequest\x1a\x1a.tapes.v1.MetadataResponse\x12M\n" +
 	"\fCreateTopics\x12\x1d.tapes.v1.CreateTopicsRequest\x1a\x1e.tapes.v1.CreateTopicsResponse\x12M\n" +
 	"\fDeleteTopics\x12\x1d.tapes.v1.DeleteTopicsRequest\x1a\x1e.tapes.v1.DeleteTopicsResponse\x12>\n" +
 	"\aProduce\x12\x18.tapes.v1.ProduceRequest\x1a\x19.tapes.v1.ProduceResponse\x128\n" +
 	"\x05Fetch\x12\x16.tapes.v1.FetchRequest\x1a\x17.tapes.v1.FetchResponse\x12J\n" +
-	"\vListOffsets\x12\x1c.tapes.v1.ListOffsetsRequest\x1a\x1d.tapes.v1.ListOffsetsResponseB:Z8github.com/tapes-dev/tapes/internal/gen/tapes/v1;tapesv1b\x06proto3"
+	"\vListOffsets\x12\x1c.tapes.v1.ListOffsetsRequest\x1a\x1d.tapes.v1.ListOffsetsResponse\x12S\n" +
+	"\x0eInitProducerId\x12\x1f.tapes.v1.InitProducerIdRequest\x1a .tapes.v1.InitProducerIdResponseB:Z8github.com/tapes-dev/tapes/internal/gen/tapes/v1;tapesv1b\x06proto3"
 
 var (
 	file_tapes_v1_broker_proto_rawDescOnce sync.Once
@@ -1412,42 +1506,44 @@ func file_tapes_v1_broker_proto_rawDescGZIP() []byte {
 	return file_tapes_v1_broker_proto_rawDescData
 }
 
-var file_tapes_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_tapes_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_tapes_v1_broker_proto_goTypes = []any{
-	(*Header)(nil),               // 0: tapes.v1.Header
-	(*Record)(nil),               // 1: tapes.v1.Record
-	(*BrokerInfo)(nil),           // 2: tapes.v1.BrokerInfo
-	(*PartitionMetadata)(nil),    // 3: tapes.v1.PartitionMetadata
-	(*TopicMetadata)(nil),        // 4: tapes.v1.TopicMetadata
-	(*MetadataRequest)(nil),      // 5: tapes.v1.MetadataRequest
-	(*MetadataResponse)(nil),     // 6: tapes.v1.MetadataResponse
-	(*TopicSpec)(nil),            // 7: tapes.v1.TopicSpec
-	(*CreateTopicsRequest)(nil),  // 8: tapes.v1.CreateTopicsRequest
-	(*TopicResult)(nil),          // 9: tapes.v1.TopicResult
-	(*CreateTopicsResponse)(nil), // 10: tapes.v1.CreateTopicsResponse
-	(*DeleteTopicsRequest)(nil),  // 11: tapes.v1.DeleteTopicsRequest
-	(*DeleteTopicsResponse)(nil), // 12: tapes.v1.DeleteTopicsResponse
-	(*ProduceRequest)(nil),       // 13: tapes.v1.ProduceRequest
-	(*ProduceResponse)(nil),      // 14: tapes.v1.ProduceResponse
-	(*FetchRequest)(nil),         // 15: tapes.v1.FetchRequest
-	(*FetchResponse)(nil),        // 16: tapes.v1.FetchResponse
-	(*ListOffsetsRequest)(nil),   // 17: tapes.v1.ListOffsetsRequest
-	(*ListOffsetsResponse)(nil),  // 18: tapes.v1.ListOffsetsResponse
-	nil,                          // 19: tapes.v1.TopicMetadata.ConfigsEntry
-	nil,                          // 20: tapes.v1.TopicSpec.ConfigsEntry
-	(*ErrorDetail)(nil),          // 21: tapes.v1.ErrorDetail
+	(*Header)(nil),                 // 0: tapes.v1.Header
+	(*Record)(nil),                 // 1: tapes.v1.Record
+	(*BrokerInfo)(nil),             // 2: tapes.v1.BrokerInfo
+	(*PartitionMetadata)(nil),      // 3: tapes.v1.PartitionMetadata
+	(*TopicMetadata)(nil),          // 4: tapes.v1.TopicMetadata
+	(*MetadataRequest)(nil),        // 5: tapes.v1.MetadataRequest
+	(*MetadataResponse)(nil),       // 6: tapes.v1.MetadataResponse
+	(*TopicSpec)(nil),              // 7: tapes.v1.TopicSpec
+	(*CreateTopicsRequest)(nil),    // 8: tapes.v1.CreateTopicsRequest
+	(*TopicResult)(nil),            // 9: tapes.v1.TopicResult
+	(*CreateTopicsResponse)(nil),   // 10: tapes.v1.CreateTopicsResponse
+	(*DeleteTopicsRequest)(nil),    // 11: tapes.v1.DeleteTopicsRequest
+	(*DeleteTopicsResponse)(nil),   // 12: tapes.v1.DeleteTopicsResponse
+	(*ProduceRequest)(nil),         // 13: tapes.v1.ProduceRequest
+	(*ProduceResponse)(nil),        // 14: tapes.v1.ProduceResponse
+	(*FetchRequest)(nil),           // 15: tapes.v1.FetchRequest
+	(*FetchResponse)(nil),          // 16: tapes.v1.FetchResponse
+	(*ListOffsetsRequest)(nil),     // 17: tapes.v1.ListOffsetsRequest
+	(*ListOffsetsResponse)(nil),    // 18: tapes.v1.ListOffsetsResponse
+	(*InitProducerIdRequest)(nil),  // 19: tapes.v1.InitProducerIdRequest
+	(*InitProducerIdResponse)(nil), // 20: tapes.v1.InitProducerIdResponse
+	nil,                            // 21: tapes.v1.TopicMetadata.ConfigsEntry
+	nil,                            // 22: tapes.v1.TopicSpec.ConfigsEntry
+	(*ErrorDetail)(nil),            // 23: tapes.v1.ErrorDetail
 }
 var file_tapes_v1_broker_proto_depIdxs = []int32{
 	0,  // 0: tapes.v1.Record.headers:type_name -> tapes.v1.Header
-	21, // 1: tapes.v1.PartitionMetadata.error:type_name -> tapes.v1.ErrorDetail
+	23, // 1: tapes.v1.PartitionMetadata.error:type_name -> tapes.v1.ErrorDetail
 	3,  // 2: tapes.v1.TopicMetadata.partitions:type_name -> tapes.v1.PartitionMetadata
-	19, // 3: tapes.v1.TopicMetadata.configs:type_name -> tapes.v1.TopicMetadata.ConfigsEntry
-	21, // 4: tapes.v1.TopicMetadata.error:type_name -> tapes.v1.ErrorDetail
+	21, // 3: tapes.v1.TopicMetadata.configs:type_name -> tapes.v1.TopicMetadata.ConfigsEntry
+	23, // 4: tapes.v1.TopicMetadata.error:type_name -> tapes.v1.ErrorDetail
 	2,  // 5: tapes.v1.MetadataResponse.brokers:type_name -> tapes.v1.BrokerInfo
 	4,  // 6: tapes.v1.MetadataResponse.topics:type_name -> tapes.v1.TopicMetadata
-	20, // 7: tapes.v1.TopicSpec.configs:type_name -> tapes.v1.TopicSpec.ConfigsEntry
+	22, // 7: tapes.v1.TopicSpec.configs:type_name -> tapes.v1.TopicSpec.ConfigsEntry
 	7,  // 8: tapes.v1.CreateTopicsRequest.topics:type_name -> tapes.v1.TopicSpec
-	21, // 9: tapes.v1.TopicResult.error:type_name -> tapes.v1.ErrorDetail
+	23, // 9: tapes.v1.TopicResult.error:type_name -> tapes.v1.ErrorDetail
 	9,  // 10: tapes.v1.CreateTopicsResponse.results:type_name -> tapes.v1.TopicResult
 	9,  // 11: tapes.v1.DeleteTopicsResponse.results:type_name -> tapes.v1.TopicResult
 	1,  // 12: tapes.v1.ProduceRequest.records:type_name -> tapes.v1.Record
@@ -1458,14 +1554,16 @@ var file_tapes_v1_broker_proto_depIdxs = []int32{
 	13, // 17: tapes.v1.BrokerService.Produce:input_type -> tapes.v1.ProduceRequest
 	15, // 18: tapes.v1.BrokerService.Fetch:input_type -> tapes.v1.FetchRequest
 	17, // 19: tapes.v1.BrokerService.ListOffsets:input_type -> tapes.v1.ListOffsetsRequest
-	6,  // 20: tapes.v1.BrokerService.Metadata:output_type -> tapes.v1.MetadataResponse
-	10, // 21: tapes.v1.BrokerService.CreateTopics:output_type -> tapes.v1.CreateTopicsResponse
-	12, // 22: tapes.v1.BrokerService.DeleteTopics:output_type -> tapes.v1.DeleteTopicsResponse
-	14, // 23: tapes.v1.BrokerService.Produce:output_type -> tapes.v1.ProduceResponse
-	16, // 24: tapes.v1.BrokerService.Fetch:output_type -> tapes.v1.FetchResponse
-	18, // 25: tapes.v1.BrokerService.ListOffsets:output_type -> tapes.v1.ListOffsetsResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
+	19, // 20: tapes.v1.BrokerService.InitProducerId:input_type -> tapes.v1.InitProducerIdRequest
+	6,  // 21: tapes.v1.BrokerService.Metadata:output_type -> tapes.v1.MetadataResponse
+	10, // 22: tapes.v1.BrokerService.CreateTopics:output_type -> tapes.v1.CreateTopicsResponse
+	12, // 23: tapes.v1.BrokerService.DeleteTopics:output_type -> tapes.v1.DeleteTopicsResponse
+	14, // 24: tapes.v1.BrokerService.Produce:output_type -> tapes.v1.ProduceResponse
+	16, // 25: tapes.v1.BrokerService.Fetch:output_type -> tapes.v1.FetchResponse
+	18, // 26: tapes.v1.BrokerService.ListOffsets:output_type -> tapes.v1.ListOffsetsResponse
+	20, // 27: tapes.v1.BrokerService.InitProducerId:output_type -> tapes.v1.InitProducerIdResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -1484,7 +1582,7 @@ func file_tapes_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tapes_v1_broker_proto_rawDesc), len(file_tapes_v1_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

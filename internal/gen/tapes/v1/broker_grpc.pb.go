@@ -28,12 +28,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BrokerService_Metadata_FullMethodName     = "/tapes.v1.BrokerService/Metadata"
-	BrokerService_CreateTopics_FullMethodName = "/tapes.v1.BrokerService/CreateTopics"
-	BrokerService_DeleteTopics_FullMethodName = "/tapes.v1.BrokerService/DeleteTopics"
-	BrokerService_Produce_FullMethodName      = "/tapes.v1.BrokerService/Produce"
-	BrokerService_Fetch_FullMethodName        = "/tapes.v1.BrokerService/Fetch"
-	BrokerService_ListOffsets_FullMethodName  = "/tapes.v1.BrokerService/ListOffsets"
+	BrokerService_Metadata_FullMethodName       = "/tapes.v1.BrokerService/Metadata"
+	BrokerService_CreateTopics_FullMethodName   = "/tapes.v1.BrokerService/CreateTopics"
+	BrokerService_DeleteTopics_FullMethodName   = "/tapes.v1.BrokerService/DeleteTopics"
+	BrokerService_Produce_FullMethodName        = "/tapes.v1.BrokerService/Produce"
+	BrokerService_Fetch_FullMethodName          = "/tapes.v1.BrokerService/Fetch"
+	BrokerService_ListOffsets_FullMethodName    = "/tapes.v1.BrokerService/ListOffsets"
+	BrokerService_InitProducerId_FullMethodName = "/tapes.v1.BrokerService/InitProducerId"
 )
 
 // BrokerServiceClient is the client API for BrokerService service.
@@ -56,6 +57,9 @@ type BrokerServiceClient interface {
 	// ListOffsets answers the earliest, the latest, or the first offset whose
 	// timestamp is at or after a given time.
 	ListOffsets(ctx context.Context, in *ListOffsetsRequest, opts ...grpc.CallOption) (*ListOffsetsResponse, error)
+	// InitProducerId hands an idempotent producer a new producer id (epoch 0)
+	// from the controller quorum.
+	InitProducerId(ctx context.Context, in *InitProducerIdRequest, opts ...grpc.CallOption) (*InitProducerIdResponse, error)
 }
 
 type brokerServiceClient struct {
@@ -126,6 +130,16 @@ func (c *brokerServiceClient) ListOffsets(ctx context.Context, in *ListOffsetsRe
 	return out, nil
 }
 
+func (c *brokerServiceClient) InitProducerId(ctx context.Context, in *InitProducerIdRequest, opts ...grpc.CallOption) (*InitProducerIdResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InitProducerIdResponse)
+	err := c.cc.Invoke(ctx, BrokerService_InitProducerId_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServiceServer is the server API for BrokerService service.
 // All implementations must embed UnimplementedBrokerServiceServer
 // for forward compatibility.
@@ -146,6 +160,9 @@ type BrokerServiceServer interface {
 	// ListOffsets answers the earliest, the latest, or the first offset whose
 	// timestamp is at or after a given time.
 	ListOffsets(context.Context, *ListOffsetsRequest) (*ListOffsetsResponse, error)
+	// InitProducerId hands an idempotent producer a new producer id (epoch 0)
+	// from the controller quorum.
+	InitProducerId(context.Context, *InitProducerIdRequest) (*InitProducerIdResponse, error)
 	mustEmbedUnimplementedBrokerServiceServer()
 }
 
@@ -173,6 +190,9 @@ func (UnimplementedBrokerServiceServer) Fetch(context.Context, *FetchRequest) (*
 }
 func (UnimplementedBrokerServiceServer) ListOffsets(context.Context, *ListOffsetsRequest) (*ListOffsetsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOffsets not implemented")
+}
+func (UnimplementedBrokerServiceServer) InitProducerId(context.Context, *InitProducerIdRequest) (*InitProducerIdResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method InitProducerId not implemented")
 }
 func (UnimplementedBrokerServiceServer) mustEmbedUnimplementedBrokerServiceServer() {}
 func (UnimplementedBrokerServiceServer) testEmbeddedByValue()                       {}
@@ -303,6 +323,24 @@ func _BrokerService_ListOffsets_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BrokerService_InitProducerId_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InitProducerIdRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServiceServer).InitProducerId(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BrokerService_InitProducerId_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServiceServer).InitProducerId(ctx, req.(*InitProducerIdRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BrokerService_ServiceDesc is the grpc.ServiceDesc for BrokerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -333,6 +371,10 @@ var BrokerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListOffsets",
 			Handler:    _BrokerService_ListOffsets_Handler,
+		},
+		{
+			MethodName: "InitProducerId",
+			Handler:    _BrokerService_InitProducerId_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
