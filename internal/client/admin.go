@@ -55,3 +55,17 @@ func joinResults(op string, results []*tapesv1.TopicResult) error {
 	}
 	return errors.Join(errs...)
 }
+
+// InitProducerId asks any broker for a new producer id (epoch 0), allocated
+// by the controller quorum, for an idempotent producer.
+func (c *Client) InitProducerId(ctx context.Context) (id int64, epoch int32, err error) {
+	var resp *tapesv1.InitProducerIdResponse
+	err = c.anyBroker(ctx, "init producer id", func(ctx context.Context, bc tapesv1.BrokerServiceClient) (err error) {
+		resp, err = bc.InitProducerId(ctx, &tapesv1.InitProducerIdRequest{})
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return resp.ProducerId, resp.ProducerEpoch, nil
+}
