@@ -1,0 +1,184 @@
+package netfault
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Mode says which directions of a link carry bytes.
+type Mode int32
+
+// The modes of a link. "Forward" is from the side that connects (the
+// client) to the target; "back" is the answers.
+const (
+	Pass       Mode = iota // both directions carry bytes
+	Blackhole              // nothing arrives either way
+	DropBack               // requests arrive, answers are lost
+	DropFwd                // requests are lost, answers (of earlier requests) arrive
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Pass:
+		return "pass"
+	case Blackhole:
+		return "blackhole"
+	case DropBack:
+		return "drop-back"
+	case DropFwd:
+		return "drop-forward"
+	}
+	return fmt.Sprintf("mode(%d)", int32(m))
+}
+
+// ErrClosed is returned by a Link's methods after Close.
+var ErrClosed = errors.New("netfault: link closed")
+
+// Link is a loopback TCP proxy to one target. Its methods are safe for
+// concurrent use; SetMode takes effect at once on every open connection.
+type Link struct {
+	target string
+	lis    net.Listener
+	log    *slog.Logger
+	mode   atomic.Int32
+	// delay, in nanoseconds, added before each chunk is forwarded.
+	delay atomic.Int64
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{} // open connections, both sides; guarded by mu
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Listen starts a link on a loopback port the kernel picks, forwarding to
+// target.
+func Listen(target string, logger *slog.Logger) (*Link, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("netfault: listen: %w", err)
+	}
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	l := &Link{target: target, lis: lis, log: logger, conns: map[net.Conn]struct{}{}}
+	l.wg.Add(1)
+	go l.accept()
+	return l, nil
+}
+
+// Addr is the address to dial instead of the target.
+func (l *Link) Addr() string { return l.lis.Addr().String() }
+
+// Target is where the link forwards to.
+func (l *Link) Target() string { return l.target }
+
+// SetMode changes which directions carry bytes.
+func (l *Link) SetMode(m Mode) { l.mode.Store(int32(m)) }
+
+// Mode returns the current mode.
+func (l *Link) Mode() Mode { return Mode(l.mode.Load()) }
+
+// SetDelay delays every chunk of bytes by d in both directions (0: none).
+func (l *Link) SetDelay(d time.Duration) { l.delay.Store(int64(d)) }
+
+// Close stops accepting, closes every connection and waits for the
+// forwarding goroutines.
+func (l *Link) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	for c := range l.conns {
+		c.Close()
+	}
+	l.mu.Unlock()
+	err := l.lis.Close()
+	l.wg.Wait()
+	return err
+}
+
+func (l *Link) track(c net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.conns[c] = struct{}{}
+	return true
+}
+
+func (l *Link) untrack(c net.Conn) {
+	l.mu.Lock()
+	delete(l.conns, c)
+	l.mu.Unlock()
+	c.Close()
+}
+
+func (l *Link) accept() {
+	defer l.wg.Done()
+	for {
+		in, err := l.lis.Accept()
+		if err != nil {
+			return
+		}
+		if !l.track(in) {
+			in.Close()
+			return
+		}
+		l.wg.Add(1)
+		go l.serve(in)
+	}
+}
+
+// serve connects one accepted connection to the target. A connection
+// accepted while the forward direction drops is still connected (the SYN
+// got through, as a TCP handshake does through a route that later drops),
+// but nothing it sends arrives.
+func (l *Link) serve(in net.Conn) {
+	defer l.wg.Done()
+	out, err := net.DialTimeout("tcp", l.target, 5*time.Second)
+	if err != nil {
+		l.log.Debug("link: target unreachable", "target", l.target, "err", err)
+		l.untrack(in) // the target refuses: so does the link
+		return
+	}
+	if !l.track(out) {
+		out.Close()
+		l.untrack(in)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); l.pump(out, in, DropFwd); l.untrack(out) }()
+	go func() { defer wg.Done(); l.pump(in, out, DropBack); l.untrack(in) }()
+	wg.Wait()
+}
+
+// pump copies src to dst, discarding while the mode is Blackhole or drop.
+func (l *Link) pump(dst, src net.Conn, drop Mode) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if d := time.Duration(l.delay.Load()); d > 0 {
+				time.Sleep(d)
+			}
+			if m := l.Mode(); m != Blackhole && m != drop {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
