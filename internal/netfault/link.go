@@ -17,10 +17,10 @@ type Mode int32
 // The modes of a link. "Forward" is from the side that connects (the
 // client) to the target; "back" is the answers.
 const (
-	Pass       Mode = iota // both directions carry bytes
-	Blackhole              // nothing arrives either way
-	DropBack               // requests arrive, answers are lost
-	DropFwd                // requests are lost, answers (of earlier requests) arrive
+	Pass      Mode = iota // both directions carry bytes
+	Blackhole             // nothing arrives either way
+	DropBack              // requests arrive, answers are lost
+	DropFwd               // requests are lost, answers (of earlier requests) arrive
 )
 
 func (m Mode) String() string {
