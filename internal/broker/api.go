@@ -289,11 +289,15 @@ func (a *api) Produce(ctx context.Context, req *tapesv1.ProduceRequest) (resp *t
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := r.Produce(ctx, int(req.Acks), storage.EncodeBatch(recs))
+	batch := storage.EncodeBatch(recs)
+	if req.ProducerId > 0 {
+		batch = storage.EncodeProducerBatch(storage.ProducerInfo{ID: req.ProducerId, Epoch: req.ProducerEpoch, BaseSequence: req.BaseSequence}, recs)
+	}
+	res, err := r.Produce(ctx, int(req.Acks), batch)
 	if err != nil {
 		return nil, kerr.ToStatus(err)
 	}
-	return &tapesv1.ProduceResponse{BaseOffset: res.BaseOffset, LogStartOffset: res.LogStart, LeaderEpoch: res.Epoch}, nil
+	return &tapesv1.ProduceResponse{BaseOffset: res.BaseOffset, LogStartOffset: res.LogStart, LeaderEpoch: res.Epoch, Duplicate: res.Duplicate}, nil
 }
 
 func (a *api) Fetch(ctx context.Context, req *tapesv1.FetchRequest) (resp *tapesv1.FetchResponse, err error) {

@@ -15,7 +15,10 @@ import (
 // applyResult is what fsm.Apply returns through ApplyFuture.Response().
 type applyResult struct {
 	baseOffset int64 // first offset of the appended batch; -1 for other commands
-	err        error // set when the entry was refused (the log is unchanged)
+	// duplicate: an idempotent producer's retried batch, not appended again;
+	// baseOffset is where the original went.
+	duplicate bool
+	err       error // set when the entry was refused (the log is unchanged)
 }
 
 // fsm applies committed entries to the partition log. Raft calls Apply,
@@ -25,6 +28,13 @@ type applyResult struct {
 type fsm struct {
 	log    *storage.Log
 	logger *slog.Logger
+	// producers is the idempotent producers' state; FSM goroutine only
+	// (and Open, before Raft starts).
+	producers *producerState
+	// onShort, if set, is told (on the FSM goroutine) when a batch entry of
+	// term appended fewer records than it carries (a duplicate or a refused
+	// batch), so the leader can correct its provisional acks=1 offsets.
+	onShort func(term uint64, missing int)
 
 	mu sync.Mutex
 	// notify is closed and replaced after every change of the log; long-poll
@@ -32,8 +42,20 @@ type fsm struct {
 	notify chan struct{}
 }
 
-func newFSM(l *storage.Log, logger *slog.Logger) *fsm {
-	return &fsm{log: l, logger: logger, notify: make(chan struct{})}
+// newFSM returns the state machine over l, with the producer state rebuilt
+// from l's batch headers.
+func newFSM(l *storage.Log, logger *slog.Logger) (*fsm, error) {
+	f := &fsm{log: l, logger: logger, producers: newProducerState(), notify: make(chan struct{})}
+	if err := f.producers.rebuild(l); err != nil {
+		return nil, fmt.Errorf("rebuild producer state: %w", err)
+	}
+	return f, nil
+}
+
+func (f *fsm) short(term uint64, missing int) {
+	if f.onShort != nil && missing > 0 {
+		f.onShort(term, missing)
+	}
 }
 
 // changed returns a channel closed at the next change of the log.
@@ -64,13 +86,23 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 	}
 	switch cmd.kind {
 	case cmdBatch:
+		p, count := cmd.batch.Producer(), cmd.batch.Count()
+		if p.ID >= 0 {
+			dupBase, dup, err := f.producers.check(p, count)
+			if err != nil || dup {
+				f.short(l.Term, count)
+				return applyResult{baseOffset: dupBase, duplicate: dup, err: err}
+			}
+		}
 		base, err := f.log.Append(l.Index, cmd.batch)
 		if err != nil {
 			if !errors.Is(err, storage.ErrAlreadyApplied) {
 				f.logger.Error("append failed", "index", l.Index, "err", err)
 			}
+			f.short(l.Term, count)
 			return applyResult{baseOffset: -1, err: err}
 		}
+		f.producers.record(p, count, base)
 		f.wake()
 		return applyResult{baseOffset: base}
 	case cmdDeleteBefore:
@@ -79,6 +111,7 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 			f.logger.Error("retention delete failed", "offset", cmd.offset, "err", err)
 			return applyResult{baseOffset: -1, err: err}
 		}
+		f.producers.prune(f.log.StartOffset())
 		if n > 0 {
 			f.logger.Info("retention deleted segments", "segments", n, "log_start", f.log.StartOffset())
 		}
@@ -104,6 +137,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	if err := f.log.Restore(rc); err != nil {
 		return fmt.Errorf("restore partition log: %w", err)
+	}
+	if err := f.producers.rebuild(f.log); err != nil {
+		return fmt.Errorf("rebuild producer state after restore: %w", err)
 	}
 	f.logger.Info("partition log restored from snapshot", "log_start", f.log.StartOffset(), "log_end", f.log.EndOffset())
 	f.wake()

@@ -32,7 +32,11 @@ func TestFSMReplayIsIdempotent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return l, newFSM(l, quietLogger())
+		f, err := newFSM(l, quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, f
 	}
 	var entries []*raft.Log
 	for i := uint64(1); i <= 30; i++ {

@@ -26,6 +26,9 @@ type ProduceResult struct {
 	BaseOffset int64
 	LogStart   int64
 	Epoch      int64
+	// Duplicate: an idempotent producer's retry of a batch already in the
+	// log; BaseOffset is the original's.
+	Duplicate bool
 }
 
 // notLeader builds NOT_LEADER_OR_FOLLOWER with the leader Raft knows.
@@ -77,6 +80,9 @@ func (r *Replica) Produce(ctx context.Context, acks int, b storage.Batch) (Produ
 	}
 	if acks != AcksNone && acks != AcksLeader && acks != AcksAll {
 		return ProduceResult{}, kerr.New(kerr.InvalidRequiredAcks, "acks=%d: use 0, 1 or -1 (all)", acks)
+	}
+	if p := b.Producer(); p.ID >= 0 && acks != AcksAll {
+		return ProduceResult{}, kerr.New(kerr.InvalidRequiredAcks, "acks=%d with producer id %d: an idempotent producer needs acks=-1 (all), as in Kafka", acks, p.ID)
 	}
 	if int64(len(b)) > r.cfg.TopicConfig.MaxMessageBytes {
 		return ProduceResult{}, kerr.New(kerr.RecordTooLarge, "batch of %d bytes exceeds max.message.bytes=%d of topic %s", len(b), r.cfg.TopicConfig.MaxMessageBytes, r.cfg.Topic)
@@ -146,12 +152,16 @@ func (r *Replica) committed(future raft.ApplyFuture, res ProduceResult, minISR i
 		return ProduceResult{}, kerr.New(kerr.UnknownServerError, "unexpected apply response %T", future.Response())
 	}
 	if ar.err != nil {
+		if _, ok := kerr.As(ar.err); ok {
+			return ProduceResult{}, ar.err // the producer state refused it
+		}
 		if errors.Is(ar.err, storage.ErrCorruptBatch) {
 			return ProduceResult{}, kerr.New(kerr.CorruptMessage, "%v", ar.err)
 		}
 		return ProduceResult{}, kerr.New(kerr.KafkaStorageError, "%v", ar.err)
 	}
 	res.BaseOffset = ar.baseOffset
+	res.Duplicate = ar.duplicate
 	res.LogStart = r.log.StartOffset()
 	if minISR > 0 {
 		if isr := r.ISR(); len(isr) < minISR {

@@ -103,7 +103,13 @@ func Open(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open partition log: %w", err)
 	}
-	r := &Replica{cfg: cfg, log: l, fsm: newFSM(l, cfg.Logger), stop: make(chan struct{})}
+	f, err := newFSM(l, cfg.Logger)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	r := &Replica{cfg: cfg, log: l, fsm: f, stop: make(chan struct{})}
+	f.onShort = r.shortEntry
 	r.lead.waiters = map[uint64]chan int64{}
 	if err := r.startRaft(); err != nil {
 		l.Close()
@@ -468,6 +474,16 @@ func (r *Replica) stored(logs []*raft.Log) {
 			delete(r.lead.waiters, id)
 		}
 	}
+}
+
+// shortEntry corrects the provisional next offset when a batch entry this
+// leader counted appended fewer records (a deduplicated or refused batch).
+func (r *Replica) shortEntry(term uint64, missing int) {
+	r.lead.mu.Lock()
+	if r.lead.readyTerm != 0 && term == r.lead.readyTerm {
+		r.lead.nextOffset -= int64(missing)
+	}
+	r.lead.mu.Unlock()
 }
 
 // waitFuture waits for a Raft future, bounded by ctx: hashicorp/raft's

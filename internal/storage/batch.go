@@ -3,10 +3,14 @@ package storage
 // The batch codec. A Batch's layout (fixed-width integers are big-endian):
 //
 //	crc             uint32  CRC32C (Castagnoli) of every byte after this field
-//	version         uint8   batchVersion
+//	version         uint8   batchVersion (2); version 1 is read too, see below
 //	count           int32   number of records, at least 1
 //	firstTimestamp  int64   timestamp of the first record (ms since the epoch)
 //	maxTimestamp    int64   largest timestamp of any record
+//	producerID      int64   idempotent producer's id; -1 (NoProducer) for none
+//	producerEpoch   int32   its epoch; -1 for none
+//	baseSequence    int32   sequence number of the first record; -1 for none
+//	headerCRC       uint32  CRC32C of the 37 bytes from version to baseSequence
 //	records         count times, as in Kafka's record format v2:
 //	    length          varint  bytes of the record after this field
 //	    offsetDelta     varint  0, 1, ..., count-1
@@ -21,6 +25,17 @@ package storage
 //	        key         keyLength bytes
 //	        valueLength varint  -1 for a null value
 //	        value       valueLength bytes
+//
+// The fixed header is 45 bytes. The crc covers everything, the producer
+// fields included; headerCRC covers the fixed header alone, so that a reader
+// of headers only (Log.ScanBatches) can trust them without reading the
+// records.
+//
+// Version 1, written before producer fields existed, is the same without the
+// four fields from producerID to headerCRC: a 25-byte fixed header, then the
+// records. It is still accepted everywhere (segments on disk, Raft entries
+// replayed, snapshot streams) and its batches report NoProducer. EncodeBatch
+// and EncodeProducerBatch always write version 2.
 //
 // A varint is a zig-zag signed varint (encoding/binary's PutVarint). A batch
 // carries no base offset: the log assigns it on append.
@@ -51,15 +66,47 @@ type Record struct {
 // what one producer request becomes, and what one Raft log entry carries.
 type Batch []byte
 
-const (
-	batchVersion = 1
+// ProducerInfo is what an idempotent producer puts in each batch it sends to
+// a partition: its id and epoch (from the controller) and the sequence number
+// of the batch's first record (the records get BaseSequence,
+// BaseSequence+1, ...; see LastSequence). This package stores the fields and
+// checks their CRC; what they mean (duplicates, gaps, fencing) is for the
+// partition's state machine.
+type ProducerInfo struct {
+	ID           int64
+	Epoch        int32
+	BaseSequence int32
+}
 
-	batchCRCAt      = 0
-	batchVersionAt  = 4
-	batchCountAt    = 5
-	batchFirstTsAt  = 9
-	batchMaxTsAt    = 17
-	batchHeaderSize = 25
+// NoProducer marks a batch of a producer that is not idempotent, and every
+// batch of format version 1.
+var NoProducer = ProducerInfo{ID: -1, Epoch: -1, BaseSequence: -1}
+
+// LastSequence is the sequence number of the last of count records that
+// start at p.BaseSequence. As in Kafka, sequence numbers wrap from
+// math.MaxInt32 to 0. A BaseSequence of -1 (no sequence) gives -1.
+func (p ProducerInfo) LastSequence(count int) int32 {
+	if p.BaseSequence == -1 || count < 1 {
+		return p.BaseSequence
+	}
+	return int32((int64(p.BaseSequence) + int64(count) - 1) % (math.MaxInt32 + 1))
+}
+
+const (
+	batchVersionV1 = 1 // without producer fields; still read
+	batchVersion   = 2 // what EncodeBatch writes
+
+	batchCRCAt        = 0
+	batchVersionAt    = 4
+	batchCountAt      = 5
+	batchFirstTsAt    = 9
+	batchMaxTsAt      = 17
+	batchHeaderSizeV1 = 25 // version 1's header; also what both versions share
+	batchProducerAt   = 25
+	batchEpochAt      = 33
+	batchBaseSeqAt    = 37
+	batchHeaderCRCAt  = 41
+	batchHeaderSize   = 45 // version 2's header, the largest
 
 	// minRecordSize is the smallest encoded record: six one-byte varints
 	// (length, offsetDelta, timestampDelta, keyLength, valueLength, headerCount).
@@ -70,10 +117,17 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// EncodeBatch encodes records as one batch. Their Offset fields are ignored:
-// the records get offset deltas 0..len(records)-1. A batch of no records is
-// encoded, but Validate rejects it.
+// EncodeBatch encodes records as one batch of a producer that is not
+// idempotent: EncodeProducerBatch(NoProducer, records).
 func EncodeBatch(records []Record) Batch {
+	return EncodeProducerBatch(NoProducer, records)
+}
+
+// EncodeProducerBatch encodes records as one batch that carries p in its
+// header. The records' Offset fields are ignored: they get offset deltas
+// 0..len(records)-1. A batch of no records is encoded, but Validate rejects
+// it.
+func EncodeProducerBatch(p ProducerInfo, records []Record) Batch {
 	var first, maxTs int64
 	if len(records) > 0 {
 		first, maxTs = records[0].Timestamp, records[0].Timestamp
@@ -90,6 +144,10 @@ func EncodeBatch(records []Record) Batch {
 	binary.BigEndian.PutUint32(b[batchCountAt:], uint32(len(records)))
 	binary.BigEndian.PutUint64(b[batchFirstTsAt:], uint64(first))
 	binary.BigEndian.PutUint64(b[batchMaxTsAt:], uint64(maxTs))
+	binary.BigEndian.PutUint64(b[batchProducerAt:], uint64(p.ID))
+	binary.BigEndian.PutUint32(b[batchEpochAt:], uint32(p.Epoch))
+	binary.BigEndian.PutUint32(b[batchBaseSeqAt:], uint32(p.BaseSequence))
+	binary.BigEndian.PutUint32(b[batchHeaderCRCAt:], Batch(b).headerCRC())
 	for i := range records {
 		r := &records[i]
 		tsDelta := r.Timestamp - first
@@ -148,31 +206,79 @@ func varintLen(x int64) int {
 }
 
 // Count is the number of records the batch's header declares, or 0 when b is
-// shorter than a header. Only a batch that passed Validate is sure to hold
-// that many.
+// shorter than a version 1 header. Only a batch that passed Validate is sure
+// to hold that many.
 func (b Batch) Count() int {
-	if len(b) < batchHeaderSize {
+	if len(b) < batchHeaderSizeV1 {
 		return 0
 	}
 	return int(int32(binary.BigEndian.Uint32(b[batchCountAt:])))
 }
 
 // FirstTimestamp is the first record's timestamp, or 0 when b is shorter than
-// a header.
+// a version 1 header.
 func (b Batch) FirstTimestamp() int64 {
-	if len(b) < batchHeaderSize {
+	if len(b) < batchHeaderSizeV1 {
 		return 0
 	}
 	return int64(binary.BigEndian.Uint64(b[batchFirstTsAt:]))
 }
 
 // MaxTimestamp is the largest record timestamp, or 0 when b is shorter than a
-// header.
+// version 1 header.
 func (b Batch) MaxTimestamp() int64 {
-	if len(b) < batchHeaderSize {
+	if len(b) < batchHeaderSizeV1 {
 		return 0
 	}
 	return int64(binary.BigEndian.Uint64(b[batchMaxTsAt:]))
+}
+
+// Producer is the producer fields of the batch's header: it reads three
+// fixed-width fields and decodes nothing else. A version 1 batch, or bytes
+// too short for a version 2 header, give NoProducer. Only a batch that passed
+// Validate is sure to carry what its producer wrote.
+func (b Batch) Producer() ProducerInfo {
+	if len(b) < batchHeaderSize || b[batchVersionAt] != batchVersion {
+		return NoProducer
+	}
+	return ProducerInfo{
+		ID:           int64(binary.BigEndian.Uint64(b[batchProducerAt:])),
+		Epoch:        int32(binary.BigEndian.Uint32(b[batchEpochAt:])),
+		BaseSequence: int32(binary.BigEndian.Uint32(b[batchBaseSeqAt:])),
+	}
+}
+
+// headerSize is the size of b's fixed header, by its version byte; 0 for an
+// unknown version or bytes too short to hold the version.
+func (b Batch) headerSize() int {
+	if len(b) <= batchVersionAt {
+		return 0
+	}
+	switch b[batchVersionAt] {
+	case batchVersion:
+		return batchHeaderSize
+	case batchVersionV1:
+		return batchHeaderSizeV1
+	}
+	return 0
+}
+
+// headerCRC computes the header CRC of a version 2 batch of at least
+// batchHeaderSize bytes.
+func (b Batch) headerCRC() uint32 {
+	return crc32.Checksum(b[batchVersionAt:batchHeaderCRCAt], castagnoli)
+}
+
+// checkHeaderCRC checks the header CRC of a batch whose header passed
+// checkHeaderSize; version 1 has none.
+func (b Batch) checkHeaderCRC() error {
+	if b[batchVersionAt] != batchVersion {
+		return nil
+	}
+	if got, want := b.headerCRC(), binary.BigEndian.Uint32(b[batchHeaderCRCAt:]); got != want {
+		return fmt.Errorf("%w: header crc %08x, header says %08x", ErrCorruptBatch, got, want)
+	}
+	return nil
 }
 
 // Validate checks b completely: header, CRC32C, and every record's structure
@@ -203,26 +309,47 @@ func (b Batch) Records(baseOffset int64) ([]Record, error) {
 	return out, nil
 }
 
+// checkHeader checks what the fixed header says against len(b): a known
+// version, a whole header, a record count that fits.
 func (b Batch) checkHeader() error {
-	if len(b) < batchHeaderSize {
-		return fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorruptBatch, len(b), batchHeaderSize)
+	if err := b.checkHeaderSize(); err != nil {
+		return err
 	}
-	if v := b[batchVersionAt]; v != batchVersion {
-		return fmt.Errorf("%w: version %d, want %d", ErrCorruptBatch, v, batchVersion)
+	return b.checkCount(len(b))
+}
+
+// checkHeaderSize checks that b starts with a whole header of a known version.
+func (b Batch) checkHeaderSize() error {
+	if len(b) < batchHeaderSizeV1 {
+		return fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorruptBatch, len(b), batchHeaderSizeV1)
 	}
-	n := b.Count()
-	if n < 1 || n > (len(b)-batchHeaderSize)/minRecordSize {
-		return fmt.Errorf("%w: record count %d does not fit %d bytes", ErrCorruptBatch, n, len(b))
+	size := b.headerSize()
+	if size == 0 {
+		return fmt.Errorf("%w: version %d, want %d or %d", ErrCorruptBatch, b[batchVersionAt], batchVersionV1, batchVersion)
+	}
+	if len(b) < size {
+		return fmt.Errorf("%w: %d bytes, shorter than the %d-byte version %d header", ErrCorruptBatch, len(b), size, b[batchVersionAt])
 	}
 	return nil
 }
 
+// checkCount checks that the header's record count fits a batch of
+// batchLen bytes (b may be the header only).
+func (b Batch) checkCount(batchLen int) error {
+	n := b.Count()
+	if n < 1 || n > (batchLen-b.headerSize())/minRecordSize {
+		return fmt.Errorf("%w: record count %d does not fit %d bytes", ErrCorruptBatch, n, batchLen)
+	}
+	return nil
+}
+
+// checkCRC checks both CRCs of a batch whose header passed checkHeader.
 func (b Batch) checkCRC() error {
 	want := binary.BigEndian.Uint32(b[batchCRCAt:])
 	if got := crc32.Checksum(b[batchVersionAt:], castagnoli); got != want {
 		return fmt.Errorf("%w: crc %08x, header says %08x", ErrCorruptBatch, got, want)
 	}
-	return nil
+	return b.checkHeaderCRC()
 }
 
 // each walks the records of a batch whose header passed checkHeader, calling
@@ -231,7 +358,7 @@ func (b Batch) checkCRC() error {
 func (b Batch) each(baseOffset int64, fn func(r Record, size int)) error {
 	first, want := b.FirstTimestamp(), b.MaxTimestamp()
 	maxTs := int64(math.MinInt64)
-	c := cursor{b: b[batchHeaderSize:]}
+	c := cursor{b: b[b.headerSize():]}
 	count := b.Count()
 	for i := 0; i < count; i++ {
 		before := len(c.b)

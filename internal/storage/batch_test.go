@@ -58,8 +58,12 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 }
 
-// reseal recomputes b's CRC, so that a test reaches the structure checks.
+// reseal recomputes b's CRCs (the header CRC of a version 2 batch, then the
+// CRC of the whole), so that a test reaches the structure checks.
 func reseal(b Batch) Batch {
+	if len(b) >= batchHeaderSize && b[batchVersionAt] == batchVersion {
+		binary.BigEndian.PutUint32(b[batchHeaderCRCAt:], b.headerCRC())
+	}
 	binary.BigEndian.PutUint32(b[batchCRCAt:], crc32.Checksum(b[batchVersionAt:], castagnoli))
 	return b
 }

@@ -2,11 +2,17 @@
 // record batch codec that producers, the Raft FSM and this log share.
 //
 // A Batch is what one produce request becomes and what one Raft entry
-// carries: records with offset deltas, protected by a CRC32C. A Log stores
-// batches in a directory of segment files, assigning offsets as it appends,
-// and remembers the highest Raft index it has applied so that entries
-// replayed after a restart are refused (ErrAlreadyApplied) instead of being
-// stored twice.
+// carries: records with offset deltas, protected by a CRC32C, and in its
+// header the idempotent producer's id, epoch and base sequence (ProducerInfo;
+// NoProducer for other producers and for batches of format version 1, which
+// is still read). Log.ScanBatches reads those headers without the records,
+// so that the partition's producer state can be rebuilt cheaply from the log
+// after a restart or a snapshot install.
+//
+// A Log stores batches in a directory of segment files, assigning offsets as
+// it appends, and remembers the highest Raft index it has applied so that
+// entries replayed after a restart are refused (ErrAlreadyApplied) instead of
+// being stored twice.
 //
 // Files in a log directory:
 //
@@ -22,11 +28,11 @@
 //
 // Concurrency: the writing methods (Append, DeleteBefore, Snapshot, Restore,
 // Sync, Close) are serialized internally and are meant to be called from one
-// goroutine (the Raft FSM). The reading methods (Read, StartOffset, EndOffset,
-// LastRaftIndex, OffsetForTimestamp, Segments, RetentionPoint) may be called
-// from any number of goroutines at any time; they hold a read lock only to
-// copy positions and read file bytes outside it, so they do not hold up
-// appends.
+// goroutine (the Raft FSM). The reading methods (Read, ScanBatches,
+// StartOffset, EndOffset, LastRaftIndex, OffsetForTimestamp, Segments,
+// RetentionPoint) may be called from any number of goroutines at any time;
+// they hold a read lock only to copy positions and read file bytes outside
+// it, so they do not hold up appends.
 //
 // Durability: appends are not fsynced; the Raft log is the durable copy and
 // Raft replays what a crash lost. Sync (which Snapshot and DeleteBefore call)

@@ -24,9 +24,12 @@ import (
 
 const (
 	frameHeaderSize = 24
-	// framePreambleSize is a frame header plus its batch's header: enough
-	// to learn a frame's offsets and timestamps without reading its records.
+	// framePreambleSize is a frame header plus its batch's header (of the
+	// current version, the largest): enough to learn a frame's offsets,
+	// timestamps and producer without reading its records.
 	framePreambleSize = frameHeaderSize + batchHeaderSize
+	// minFrameSize is the smallest frame: a version 1 batch of one record.
+	minFrameSize = frameHeaderSize + batchHeaderSizeV1 + minRecordSize
 	// maxBatchSize is the largest batch a frame's int32 length can describe.
 	maxBatchSize = math.MaxInt32 - (frameHeaderSize - 12)
 )
@@ -63,7 +66,7 @@ func parseFrameHeader(b []byte) (frameHeader, error) {
 		length:     int32(binary.BigEndian.Uint32(b[8:])),
 		raftIndex:  binary.BigEndian.Uint64(b[12:]),
 	}
-	if h.batchLen() < batchHeaderSize {
+	if h.batchLen() < batchHeaderSizeV1+minRecordSize {
 		return frameHeader{}, fmt.Errorf("%w: frame length %d too small", ErrCorruptBatch, h.length)
 	}
 	return h, nil
@@ -121,10 +124,10 @@ func (s *frameScanner) next() (frameHeader, Batch, error) {
 	return h, s.buf, nil
 }
 
-// preamble is what framePreambleSize bytes tell about a frame.
+// preamble is what a frame's header and its batch's header tell.
 type preamble struct {
 	frameHeader
-	batch Batch // the batch header only
+	batch Batch // the batch header only (25 or 45 bytes, by its version)
 }
 
 func (p preamble) count() int64 { return int64(p.batch.Count()) }
@@ -132,12 +135,18 @@ func (p preamble) count() int64 { return int64(p.batch.Count()) }
 // nextOffset is the offset after the frame's last record.
 func (p preamble) nextOffset() int64 { return p.baseOffset + p.count() }
 
-// readPreamble reads the frame at pos of a file whose valid bytes end at end.
+// readPreamble reads the headers of the frame at pos of a file whose valid
+// bytes end at end, with one pread of at most framePreambleSize bytes. It
+// checks the frame header's CRC, the batch header's CRC (version 2), and
+// that the batch's version, header and record count fit the frame; not the
+// records nor the CRC of the whole batch.
 func readPreamble(f io.ReaderAt, pos, end int64, buf *[framePreambleSize]byte) (preamble, error) {
-	if end-pos < framePreambleSize {
+	// A version 1 frame can be shorter than framePreambleSize.
+	n := min(end-pos, framePreambleSize)
+	if n < minFrameSize {
 		return preamble{}, fmt.Errorf("%w: %d bytes left at %d", errTorn, end-pos, pos)
 	}
-	if _, err := f.ReadAt(buf[:], pos); err != nil {
+	if _, err := f.ReadAt(buf[:n], pos); err != nil {
 		return preamble{}, fmt.Errorf("read frame at %d: %w", pos, err)
 	}
 	h, err := parseFrameHeader(buf[:])
@@ -147,11 +156,18 @@ func readPreamble(f io.ReaderAt, pos, end int64, buf *[framePreambleSize]byte) (
 	if pos+h.size() > end {
 		return preamble{}, fmt.Errorf("%w: frame of %d bytes at %d, end at %d", errTorn, h.size(), pos, end)
 	}
-	p := preamble{frameHeader: h, batch: Batch(buf[frameHeaderSize:])}
-	if p.count() < 1 {
-		return preamble{}, fmt.Errorf("%w: frame at %d holds %d records", ErrCorruptBatch, pos, p.count())
+	b := Batch(buf[frameHeaderSize:min(n, frameHeaderSize+int64(h.batchLen()))])
+	if err := b.checkHeaderSize(); err != nil {
+		return preamble{}, fmt.Errorf("frame at %d: %w", pos, err)
 	}
-	return p, nil
+	b = b[:b.headerSize()]
+	if err := b.checkCount(h.batchLen()); err != nil {
+		return preamble{}, fmt.Errorf("frame at %d: %w", pos, err)
+	}
+	if err := b.checkHeaderCRC(); err != nil {
+		return preamble{}, fmt.Errorf("frame at %d: %w", pos, err)
+	}
+	return preamble{frameHeader: h, batch: b}, nil
 }
 
 // readBatch reads and checks the whole batch of the frame p at pos.

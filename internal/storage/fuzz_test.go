@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 )
@@ -23,9 +24,28 @@ func FuzzBatch(f *testing.F) {
 		f.Add([]byte(b))
 		f.Add([]byte(reseal(b)))
 	}
+	// Producer fields (format version 2) and format version 1.
+	prod := EncodeProducerBatch(ProducerInfo{ID: 77, Epoch: 3, BaseSequence: math.MaxInt32 - 1}, []Record{recordAt(1), recordAt(2), recordAt(3)})
+	f.Add([]byte(prod))
+	f.Add([]byte(prod[:batchHeaderSize]))
+	for _, i := range []int{batchVersionAt, batchProducerAt, batchEpochAt + 3, batchBaseSeqAt, batchHeaderCRCAt + 1} {
+		b := append(Batch(nil), prod...)
+		b[i] ^= 0x03
+		f.Add([]byte(b))
+		f.Add([]byte(reseal(b)))
+	}
+	old := encodeV1Batch([]Record{recordAt(4), recordAt(5)})
+	f.Add([]byte(old))
+	f.Add([]byte(old[:batchHeaderSizeV1]))
+	for _, i := range []int{batchVersionAt, batchCountAt + 3, batchMaxTsAt + 7, batchHeaderSizeV1 + 1} {
+		b := append(Batch(nil), old...)
+		b[i] ^= 0x03
+		f.Add([]byte(b))
+		f.Add([]byte(reseal(b)))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b := Batch(data)
-		_, _, _ = b.Count(), b.FirstTimestamp(), b.MaxTimestamp()
+		_, _, _, _ = b.Count(), b.FirstTimestamp(), b.MaxTimestamp(), b.Producer()
 		recs, derr := b.Records(42)
 		verr := b.Validate()
 		if verr != nil {
@@ -43,9 +63,17 @@ func FuzzBatch(f *testing.F) {
 		if len(recs) != b.Count() {
 			t.Fatalf("%d records, header says %d", len(recs), b.Count())
 		}
-		again, err := EncodeBatch(recs).Records(42)
-		if err != nil || !reflect.DeepEqual(again, recs) {
-			t.Fatalf("re-encoding changed the records: %v", err)
+		p := b.Producer()
+		if b[batchVersionAt] == batchVersionV1 && p != NoProducer {
+			t.Fatalf("version 1 batch reports producer %+v", p)
+		}
+		re := EncodeProducerBatch(p, recs)
+		again, err := re.Records(42)
+		if err != nil || !reflect.DeepEqual(again, recs) || re.Producer() != p {
+			t.Fatalf("re-encoding changed the records or the producer: %v", err)
+		}
+		if err := re.Validate(); err != nil {
+			t.Fatalf("re-encoded batch: %v", err)
 		}
 	})
 }

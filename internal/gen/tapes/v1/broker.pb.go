@@ -850,7 +850,10 @@ type ProduceRequest struct {
 	// How long the leader waits for the acknowledgement it was asked for.
 	TimeoutMs int32     `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	Records   []*Record `protobuf:"bytes,5,rep,name=records,proto3" json:"records,omitempty"`
-	// Idempotent producer: -1 when not idempotent.
+	// Idempotent producer: the id InitProducerId gave (ids are positive), its
+	// epoch, and the sequence number of the first record (sequences count
+	// records per partition from 0). 0 or -1 when not idempotent. An
+	// idempotent batch needs acks=-1 (all), as in Kafka.
 	ProducerId    int64 `protobuf:"varint,6,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
 	ProducerEpoch int32 `protobuf:"varint,7,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
 	BaseSequence  int32 `protobuf:"varint,8,opt,name=base_sequence,json=baseSequence,proto3" json:"base_sequence,omitempty"`
