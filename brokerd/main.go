@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -49,7 +50,7 @@ func run(args []string) error {
 		advertise = fs.String("advertise", "", "address clients dial to reach this broker (default: the listening address)")
 		peers     = fs.String("peers", "", "every broker of the cluster, this one included, as ID=HOST:PORT,... : how this broker reaches each (required)")
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn or error")
-		metrics   = fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100; off when empty)")
+		metrics   = fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics and Go profiles at /debug/pprof/ (e.g. 127.0.0.1:9100; off when empty)")
 	)
 	fs.DurationVar(&def.Raft.HeartbeatTimeout, "raft-heartbeat-timeout", def.Raft.HeartbeatTimeout, "Raft heartbeat timeout: a follower that hears nothing for this long starts an election")
 	fs.DurationVar(&def.Raft.ElectionTimeout, "raft-election-timeout", def.Raft.ElectionTimeout, "Raft election timeout (at least the heartbeat timeout)")
@@ -109,6 +110,8 @@ func run(args []string) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", b.MetricsHandler())
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go msrv.Serve(mlis)
 		defer msrv.Close()
