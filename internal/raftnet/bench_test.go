@@ -1,6 +1,8 @@
 package raftnet
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -8,9 +10,10 @@ import (
 
 // benchPair opens group "bench" on two brokers; the receiving side answers
 // heartbeats through a heartbeat handler and other requests from a
-// goroutine standing in for raft.
+// goroutine standing in for raft. Heartbeats do not linger: a heartbeat to
+// an idle peer leaves at once.
 func benchPair(b *testing.B) (from, to *Transport) {
-	c := newCluster(b, 2, Config{})
+	c := newCluster(b, 2, Config{HeartbeatLinger: -1})
 	from, err := c.brokers[0].mux.Group("bench")
 	if err != nil {
 		b.Fatal(err)
@@ -36,7 +39,8 @@ func benchPair(b *testing.B) (from, to *Transport) {
 	return from, to
 }
 
-// BenchmarkHeartbeat is one heartbeat round trip over loopback gRPC.
+// BenchmarkHeartbeat is one heartbeat round trip over loopback gRPC (a
+// Heartbeat call carrying one heartbeat).
 func BenchmarkHeartbeat(b *testing.B) {
 	from, _ := benchPair(b)
 	req := &raft.AppendEntriesRequest{
@@ -74,4 +78,45 @@ func BenchmarkAppendEntries64x1KiB(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkHeartbeat64Groups is one heartbeat from each of 64 groups to the
+// same peer, sent at once: they share a few Heartbeat calls.
+func BenchmarkHeartbeat64Groups(b *testing.B) {
+	const groups = 64
+	c := newCluster(b, 2, Config{HeartbeatLinger: -1})
+	var from []*Transport
+	ok := &raft.AppendEntriesResponse{Term: 1, Success: true}
+	for i := range groups {
+		name := fmt.Sprintf("bench%02d", i)
+		f, err := c.brokers[0].mux.Group(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		to, err := c.brokers[1].mux.Group(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		to.SetHeartbeatHandler(func(rpc raft.RPC) { rpc.Respond(ok, nil) })
+		from = append(from, f)
+	}
+	req := &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: 3, ID: []byte("1"), Addr: []byte("1")},
+		Term:      1,
+	}
+	calls0 := c.brokers[1].batchCalls.Load()
+	b.ReportAllocs()
+	for b.Loop() {
+		var wg sync.WaitGroup
+		for _, f := range from {
+			wg.Go(func() {
+				var resp raft.AppendEntriesResponse
+				if err := f.AppendEntries("2", "2", req, &resp); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	b.ReportMetric(float64(c.brokers[1].batchCalls.Load()-calls0)/float64(b.N), "calls/op")
 }

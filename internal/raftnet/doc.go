@@ -15,8 +15,13 @@
 // chaos proxy put in between) is followed.
 //
 // Besides carrying RPCs, a Transport:
-//   - answers heartbeats through raft's heartbeat handler, on the gRPC
-//     goroutine, instead of queueing them behind a long AppendEntries;
+//   - coalesces heartbeats: a heartbeat waits up to HeartbeatLinger
+//     (default 5 ms) for those of the other groups to the same peer, and
+//     they travel in one Heartbeat RPC whose answer holds one result per
+//     heartbeat; the peer answers each through raft's heartbeat handler
+//     instead of queueing it behind a long AppendEntries, and a heartbeat
+//     its raft does not answer does not hold back the others (see
+//     heartbeat.go);
 //   - reports every answered AppendEntries that is not a heartbeat to an
 //     AppendObserver, from which the partition leader derives each follower's
 //     match index (hashicorp/raft exposes no follower progress);

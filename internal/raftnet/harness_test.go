@@ -57,9 +57,15 @@ type broker struct {
 	id  raft.ServerID
 	mux *Mux
 	srv *grpc.Server
-	// heartbeats counts inbound AppendEntries of heartbeat shape, as seen
-	// on the wire by a server interceptor.
-	heartbeats atomic.Int64
+	// heartbeats counts inbound heartbeats (AppendEntries of heartbeat
+	// shape, alone or in a Heartbeat call), heartbeatCalls the RPCs that
+	// carried them, batchCalls the Heartbeat RPCs among them and
+	// appendCalls the AppendEntries RPCs of any shape, as seen on the wire
+	// by a server interceptor.
+	heartbeats     atomic.Int64
+	heartbeatCalls atomic.Int64
+	batchCalls     atomic.Int64
+	appendCalls    atomic.Int64
 }
 
 // serve starts a gRPC server for b's Mux on a fresh loopback port and
@@ -71,9 +77,17 @@ func (b *broker) serve(t testing.TB) string {
 		t.Fatalf("listen: %v", err)
 	}
 	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if ae, ok := req.(*raftv1.AppendEntriesRequest); ok &&
-			len(ae.GetEntries()) == 0 && ae.GetPrevLogEntry() == 0 && ae.GetLeaderCommitIndex() == 0 {
-			b.heartbeats.Add(1)
+		switch r := req.(type) {
+		case *raftv1.AppendEntriesRequest:
+			b.appendCalls.Add(1)
+			if len(r.GetEntries()) == 0 && r.GetPrevLogEntry() == 0 && r.GetLeaderCommitIndex() == 0 {
+				b.heartbeats.Add(1)
+				b.heartbeatCalls.Add(1)
+			}
+		case *raftv1.HeartbeatRequest:
+			b.batchCalls.Add(1)
+			b.heartbeats.Add(int64(len(r.GetHeartbeats())))
+			b.heartbeatCalls.Add(1)
 		}
 		return h(ctx, req)
 	}

@@ -3,6 +3,8 @@ package raftnet
 import (
 	"flag"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +17,8 @@ var (
 	idleCPU       = flag.Bool("idlecpu", false, "run TestIdleCPU: measure the CPU cost of idle Raft groups")
 	idleGroups    = flag.Int("idlecpu.groups", 100, "groups of 3 voters for TestIdleCPU")
 	idleCPUWindow = flag.Duration("idlecpu.window", 10*time.Second, "measurement window of TestIdleCPU")
+	idleProfile   = flag.String("idlecpu.profile", "", "write a CPU profile of TestIdleCPU's measurement window to this file")
+	idleLinger    = flag.Duration("idlecpu.linger", 0, "Config.HeartbeatLinger of TestIdleCPU (0: default, negative: none)")
 )
 
 // TestIdleCPU measures what idle groups cost: 100 groups of 3 voters over
@@ -33,7 +37,7 @@ func TestIdleCPU(t *testing.T) {
 		lease:     500 * time.Millisecond,
 		commit:    time.Second,
 	}
-	c := newCluster(t, 3, Config{})
+	c := newCluster(t, 3, Config{HeartbeatLinger: *idleLinger})
 	var gs []*group
 	for i := range *idleGroups {
 		gs = append(gs, c.startGroup(fmt.Sprintf("idle%03d", i), tm, nil, nil))
@@ -48,16 +52,31 @@ func TestIdleCPU(t *testing.T) {
 	before := leaders()
 	time.Sleep(3 * time.Second) // let elections and the first replication settle
 
-	var hb0 int64
+	var hb0, calls0 int64
 	for _, b := range c.brokers {
 		hb0 += b.heartbeats.Load()
+		calls0 += b.heartbeatCalls.Load()
+	}
+	if *idleProfile != "" {
+		f, err := os.Create(*idleProfile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cpu0, wall0 := cpuTime(t), time.Now()
 	time.Sleep(*idleCPUWindow)
 	cpu1, wall1 := cpuTime(t), time.Now()
-	var hb1 int64
+	if *idleProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	var hb1, calls1 int64
 	for _, b := range c.brokers {
 		hb1 += b.heartbeats.Load()
+		calls1 += b.heartbeatCalls.Load()
 	}
 
 	after := leaders()
@@ -72,9 +91,9 @@ func TestIdleCPU(t *testing.T) {
 	wall := wall1.Sub(wall0).Seconds()
 	load := (cpu1 - cpu0).Seconds() / wall
 	t.Logf("%d idle groups x 3 voters over 3 muxes, %.1f s: CPU %.3f s/s (%.1f%% of one core, %.2f ms/s per group), "+
-		"%.0f heartbeats/s, leaders per broker %v, %d groups changed leader",
+		"%.0f heartbeats/s in %.0f calls/s, leaders per broker %v, %d groups changed leader",
 		len(gs), wall, load, 100*load, 1000*load/float64(len(gs)),
-		float64(hb1-hb0)/wall, perBroker, changed)
+		float64(hb1-hb0)/wall, float64(calls1-calls0)/wall, perBroker, changed)
 
 	var wg sync.WaitGroup
 	for _, g := range gs {

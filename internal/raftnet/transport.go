@@ -124,20 +124,20 @@ func (t *Transport) Close() error {
 	return nil
 }
 
-// AppendEntries implements raft.Transport. A heartbeat gets the Mux's
-// HeartbeatTimeout as deadline, any other request RPCTimeout. After an
-// answered non-heartbeat request the AppendObserver is called.
+// AppendEntries implements raft.Transport. A heartbeat (see isHeartbeat)
+// joins the heartbeats of other groups to the same peer in one Heartbeat
+// RPC (see hbBatcher), with the Mux's HeartbeatTimeout as deadline; any
+// other request is an AppendEntries RPC of its own with RPCTimeout, and once
+// answered it is reported to the AppendObserver.
 func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	heartbeat := isHeartbeat(args)
-	timeout := t.mux.cfg.RPCTimeout
-	if heartbeat {
-		timeout = t.mux.cfg.HeartbeatTimeout
+	if isHeartbeat(args) {
+		return t.heartbeat(target, args, resp)
 	}
 	c, err := t.client(target)
 	if err != nil {
 		return t.fail("append entries", target, err)
 	}
-	ctx, cancel := context.WithTimeout(t.ctx, timeout)
+	ctx, cancel := context.WithTimeout(t.ctx, t.mux.cfg.RPCTimeout)
 	defer cancel()
 	sentAt := time.Now()
 	out, err := c.AppendEntries(ctx, appendEntriesRequestToProto(t.name, args))
@@ -145,10 +145,8 @@ func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, a
 		return t.fail("append entries", target, err)
 	}
 	appendEntriesResponseFromProto(out, resp)
-	if !heartbeat {
-		if fn := t.observer.Load(); fn != nil {
-			(*fn)(id, args, resp, sentAt)
-		}
+	if fn := t.observer.Load(); fn != nil {
+		(*fn)(id, args, resp, sentAt)
 	}
 	return nil
 }
@@ -255,10 +253,20 @@ func sendSnapshotData(stream raftv1.RaftService_InstallSnapshotClient, data io.R
 // client returns the stub for target, or raft.ErrTransportShutdown once the
 // Transport is closed.
 func (t *Transport) client(target raft.ServerAddress) (raftv1.RaftServiceClient, error) {
+	pc, err := t.peer(target)
+	if err != nil {
+		return nil, err
+	}
+	return pc.client, nil
+}
+
+// peer returns the connection to target, or raft.ErrTransportShutdown once
+// the Transport is closed.
+func (t *Transport) peer(target raft.ServerAddress) (*peerConn, error) {
 	if t.ctx.Err() != nil {
 		return nil, raft.ErrTransportShutdown
 	}
-	return t.mux.client(target)
+	return t.mux.peer(target)
 }
 
 // fail wraps the error of an outbound call. Once the Transport is closed
