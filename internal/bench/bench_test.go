@@ -41,6 +41,11 @@ func needBench(t *testing.T) {
 	}
 }
 
+// brokerArgs are extra brokerd flags from TAPES_BENCH_BROKER_ARGS
+// (space-separated), to measure other settings, e.g.
+// TAPES_BENCH_BROKER_ARGS="--raft-commit-timeout 2s".
+func brokerArgs() []string { return strings.Fields(os.Getenv("TAPES_BENCH_BROKER_ARGS")) }
+
 // setting returns an int from the environment (for quick runs), else def.
 func setting(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -52,7 +57,7 @@ func setting(name string, def int) int {
 // TestBenchProduce prints records/s, MB/s and batch latency percentiles.
 func TestBenchProduce(t *testing.T) {
 	needBench(t)
-	e := testcluster.Start(t, binDir, 3)
+	e := testcluster.Start(t, binDir, 3, brokerArgs()...)
 	e.CreateTopic("bench1", 1, 3, map[string]string{"min.insync.replicas": "2"})
 	e.CreateTopic("bench6", 6, 3, map[string]string{"min.insync.replicas": "2"})
 	seconds := setting("TAPES_BENCH_SECONDS", 10)
@@ -146,7 +151,7 @@ func runProduce(t *testing.T, e *testcluster.Env, topic string, parts, acks int3
 // heartbeat timeout finds it).
 func TestBenchFailover(t *testing.T) {
 	needBench(t)
-	e := testcluster.Start(t, binDir, 3)
+	e := testcluster.Start(t, binDir, 3, brokerArgs()...)
 	e.CreateTopic("fo", 1, 3, map[string]string{"min.insync.replicas": "2"})
 	rounds := setting("TAPES_BENCH_FAILOVERS", 7)
 	fmt.Printf("\nfailover, %d rounds each (500 ms Raft heartbeat and election timeouts):\n", rounds)
@@ -233,7 +238,7 @@ func summary(ds []time.Duration) string {
 // 100 partitions of replication factor 3.
 func TestBenchIdleCPU(t *testing.T) {
 	needBench(t)
-	e := testcluster.Start(t, binDir, 3)
+	e := testcluster.Start(t, binDir, 3, brokerArgs()...)
 	parts := int32(setting("TAPES_BENCH_IDLE_PARTITIONS", 100))
 	e.CreateTopic("idle", parts, 3, nil)
 	time.Sleep(5 * time.Second) // let elections and reports settle
