@@ -81,7 +81,7 @@ func (r *Replica) Produce(ctx context.Context, acks int, b storage.Batch) (Produ
 	if acks != AcksNone && acks != AcksLeader && acks != AcksAll {
 		return ProduceResult{}, kerr.New(kerr.InvalidRequiredAcks, "acks=%d: use 0, 1 or -1 (all)", acks)
 	}
-	if p := b.Producer(); p.ID >= 0 && acks != AcksAll {
+	if p := b.Producer(); p.ID >= 0 && acks != AcksAll { // Kafka's rule
 		return ProduceResult{}, kerr.New(kerr.InvalidRequiredAcks, "acks=%d with producer id %d: an idempotent producer needs acks=-1 (all), as in Kafka", acks, p.ID)
 	}
 	if int64(len(b)) > r.cfg.TopicConfig.MaxMessageBytes {
@@ -111,7 +111,14 @@ func (r *Replica) Produce(ctx context.Context, acks int, b storage.Batch) (Produ
 	if d, ok := ctx.Deadline(); ok {
 		enqueue = time.Until(d)
 	}
+	p := b.Producer()
+	if p.ID >= 0 {
+		r.seq.waitTurn(ctx, term, p, r.fsm.producers.position)
+	}
 	future := r.raft.Apply(encodeBatchCmd(id, b), enqueue)
+	if p.ID >= 0 {
+		r.seq.proposed(term, p, b.Count())
+	}
 	res := ProduceResult{BaseOffset: -1, LogStart: r.log.StartOffset(), Epoch: int64(term)}
 	switch acks {
 	case AcksNone:

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"math"
+	"sync"
 
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/storage"
@@ -33,7 +34,10 @@ type producerEntry struct {
 // same state, whether it applied each entry live, replayed them after a
 // restart, or was rebuilt from a snapshot. Only the FSM goroutine touches it.
 type producerState struct {
-	m map[int64]*producerEntry
+	// mu guards m against position (read by request goroutines); the FSM
+	// goroutine is the only writer.
+	mu sync.RWMutex
+	m  map[int64]*producerEntry
 }
 
 func newProducerState() *producerState { return &producerState{m: map[int64]*producerEntry{}} }
@@ -72,11 +76,25 @@ func (ps *producerState) check(p storage.ProducerInfo, count int) (dupBase int64
 	return 0, false, nil
 }
 
+// position returns where producer id's next batch should start, for the
+// leader's sequencer. Safe from any goroutine.
+func (ps *producerState) position(id int64) (seqPos, bool) {
+	ps.mu.RLock()
+	defer ps.mu.RUnlock()
+	e := ps.m[id]
+	if e == nil || len(e.batches) == 0 {
+		return seqPos{}, false
+	}
+	return seqPos{epoch: e.epoch, next: nextSequence(e.batches[len(e.batches)-1].lastSeq)}, true
+}
+
 // record notes an appended batch.
 func (ps *producerState) record(p storage.ProducerInfo, count int, baseOffset int64) {
 	if p.ID < 0 {
 		return
 	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	e := ps.m[p.ID]
 	if e == nil || p.Epoch != e.epoch {
 		e = &producerEntry{epoch: p.Epoch}
@@ -90,6 +108,8 @@ func (ps *producerState) record(p storage.ProducerInfo, count int, baseOffset in
 
 // prune forgets batches below the log start, and producers with none left.
 func (ps *producerState) prune(logStart int64) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	for id, e := range ps.m {
 		i := 0
 		for i < len(e.batches) && e.batches[i].baseOffset < logStart {
@@ -105,7 +125,9 @@ func (ps *producerState) prune(logStart int64) {
 // rebuild replaces the state with what the log's batch headers say,
 // leaving out a batch that begins below the log start (prune would have).
 func (ps *producerState) rebuild(l *storage.Log) error {
+	ps.mu.Lock()
 	ps.m = map[int64]*producerEntry{}
+	ps.mu.Unlock()
 	start := l.StartOffset()
 	return l.ScanBatches(start, func(m storage.BatchMeta) bool {
 		if m.BaseOffset >= start {

@@ -29,6 +29,7 @@ type Replica struct {
 	store *ackingStore
 
 	maxAppend int // raft's MaxAppendEntries
+	seq       *sequencer
 
 	lead leaderState
 
@@ -108,7 +109,7 @@ func Open(cfg Config) (*Replica, error) {
 		l.Close()
 		return nil, err
 	}
-	r := &Replica{cfg: cfg, log: l, fsm: f, stop: make(chan struct{})}
+	r := &Replica{cfg: cfg, log: l, fsm: f, seq: newSequencer(), stop: make(chan struct{})}
 	f.onShort = r.shortEntry
 	r.lead.waiters = map[uint64]chan int64{}
 	if err := r.startRaft(); err != nil {

@@ -1,0 +1,600 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tapes-dev/tapes/internal/client"
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/producer"
+)
+
+// daemonOpts are producerd's flags.
+type daemonOpts struct {
+	target
+	topic           string
+	count           int64
+	duration        time.Duration
+	rateStr         string
+	rate            float64
+	keys            string
+	keySpace        int
+	hotShare        float64
+	valueSize       int
+	acksStr         string
+	acks            int32
+	idempotent      bool
+	maxInFlight     int
+	linger          time.Duration
+	batchBytes      int
+	retries         int
+	deliveryTimeout time.Duration
+	requestTimeout  time.Duration
+	history         string
+	name            string
+	controlListen   string
+	progress        time.Duration
+	closeTimeout    time.Duration
+	logLevel        string
+}
+
+const daemonAbout = `Writes records to a topic until --count records or --duration have passed (or forever), at
+--rate records per second, then prints a summary: records sent, acknowledged, failed (by Kafka
+error name), retried, and duplicates avoided. A progress line is printed every --progress.
+
+Every record carries the headers event_id (unique; the same in every retry) and schema_version,
+a timestamp, a --value-size byte value that starts with its event_id and, with --keys on, a key
+key-0 ... key-(K-1) (--key-space K; --hot-key-share F sends that share of records to key-0, to
+load one partition). Keyed records go to the partition Kafka's murmur2 partitioner picks for the
+key; keyless records use the sticky partitioner.
+
+Records are batched per partition (--linger, --batch-bytes), up to --max-in-flight requests per
+partition are in flight, and failures Kafka retries are retried with backoff (--retries,
+--delivery-timeout). Without --idempotent a retried batch can be written twice and, with several
+in flight, out of order; with --idempotent (acks=all, at most 5 in flight) neither happens.
+
+It is also a daemon: --control-listen serves tapes.v1.ProducerControlService (Status, Pause,
+Resume, SetRate, Stop) and its address is printed on start. Ctrl-C or SIGTERM (or Stop) stop
+sending, wait up to --close-timeout for the records in flight, write the history and exit;
+a second Ctrl-C gives up at once (open records are written as PRODUCER_CLOSED).
+
+--history FILE writes one JSON line per record attempted, once its outcome is final:
+  {"event_id","key","value","partition","offset","acks","status":"ok"|"error","error":NAME,
+   "attempts","sent_at","acked_at"}
+offset is -1 when unknown; error and acked_at are null on success and on failure respectively.
+Error names: the broker's Kafka names, NETWORK_EXCEPTION (connection failed or lost),
+REQUEST_TIMED_OUT (not answered in time, or older than --delivery-timeout), PRODUCER_CLOSED.
+
+Exit status: 0 every record acknowledged; 1 some failed (or the cluster was unreachable);
+2 bad command line; 3 input the cluster cannot take (unknown topic, record too large).`
+
+func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
+	o := &daemonOpts{}
+	fs := newFlags("producerd", "producerd (--bootstrap-server ADDR[,ADDR] | --dir DIR) --topic T [FLAGS]\n  producerd perf --help", daemonAbout, stderr)
+	o.target.addFlags(fs)
+	fs.StringVar(&o.topic, "topic", "", "topic to write to (required; it must exist)")
+	fs.Int64Var(&o.count, "count", 0, "stop after this many records (0: no limit)")
+	fs.DurationVar(&o.duration, "duration", 0, "stop after this long, e.g. 30s (0: no limit)")
+	fs.StringVar(&o.rateStr, "rate", "1000/s", "target records per second, e.g. 500/s (0: as fast as possible)")
+	fs.StringVar(&o.keys, "keys", "on", "on: every record has a key from the key space; off: keyless records (sticky partitioner)")
+	fs.IntVar(&o.keySpace, "key-space", 100, "number of distinct keys (key-0 ... key-(K-1)) with --keys on")
+	fs.Float64Var(&o.hotShare, "hot-key-share", 0, "share of records, 0 to 1, that use the hot key key-0 (skews one partition)")
+	fs.IntVar(&o.valueSize, "value-size", 100, "bytes in each record's value")
+	fs.StringVar(&o.acksStr, "acks", "all", "acknowledgement to wait for: 0 (none), 1 (the leader's log) or all (committed by Raft)")
+	fs.BoolVar(&o.idempotent, "idempotent", false, "idempotent producer: producer id and sequence numbers, so retries neither duplicate nor reorder (needs --acks all)")
+	fs.IntVar(&o.maxInFlight, "max-in-flight", producer.DefaultMaxInFlight, "most Produce requests in flight per partition (at most 5 with --idempotent)")
+	o.linger = producer.DefaultLinger
+	fs.Var(msDuration{&o.linger}, "linger", "how long a batch waits for more records: `ms` as a number (5) or a duration (5ms)")
+	fs.IntVar(&o.batchBytes, "batch-bytes", producer.DefaultBatchBytes, "a partition's batch is sent once it holds this many bytes (Kafka's batch.size)")
+	fs.IntVar(&o.retries, "retries", producer.DefaultRetries, "most times a failed batch is retried (0: never; --idempotent needs at least 1)")
+	fs.DurationVar(&o.deliveryTimeout, "delivery-timeout", producer.DefaultDeliveryTimeout, "a batch not acknowledged this long after its first record fails with REQUEST_TIMED_OUT")
+	fs.DurationVar(&o.requestTimeout, "request-timeout", producer.DefaultRequestTimeout, "how long one Produce request may take before it counts as failed and is retried")
+	fs.StringVar(&o.history, "history", "", "write every record's outcome to this `file`, one JSON line each (see above)")
+	fs.StringVar(&o.name, "name", "producer-1", "this producer's name, in its logs, status, event ids and summary")
+	fs.StringVar(&o.controlListen, "control-listen", "127.0.0.1:0", "address of the gRPC control endpoint (port 0: any free port; empty: none)")
+	fs.DurationVar(&o.progress, "progress", 5*time.Second, "print a progress line this often (0: never)")
+	fs.DurationVar(&o.closeTimeout, "close-timeout", 5*time.Second, "after Ctrl-C, SIGTERM or Stop, how long to wait for records in flight")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
+	if err := parse(fs, args); err != nil {
+		return nil, err
+	}
+	var err error
+	switch {
+	case o.topic == "":
+		return nil, usagef("--topic is required")
+	case o.count < 0:
+		return nil, usagef("--count %d: want 0 (no limit) or more", o.count)
+	case o.duration < 0:
+		return nil, usagef("--duration %v: want 0 (no limit) or more", o.duration)
+	case o.keys != "on" && o.keys != "off":
+		return nil, usagef("--keys %q: want on or off", o.keys)
+	case o.keySpace < 1:
+		return nil, usagef("--key-space %d: want at least 1 key", o.keySpace)
+	case o.hotShare < 0 || o.hotShare > 1 || math.IsNaN(o.hotShare):
+		return nil, usagef("--hot-key-share %v: want a share between 0 and 1", o.hotShare)
+	case o.hotShare > 0 && o.keys == "off":
+		return nil, usagef("--hot-key-share %v needs --keys on", o.hotShare)
+	case o.valueSize < 0:
+		return nil, usagef("--value-size %d: want 0 or more bytes", o.valueSize)
+	case o.maxInFlight < 1:
+		return nil, usagef("--max-in-flight %d: want at least 1", o.maxInFlight)
+	case o.linger < 0:
+		return nil, usagef("--linger %v: want 0 or more", o.linger)
+	case o.batchBytes < 1:
+		return nil, usagef("--batch-bytes %d: want at least 1", o.batchBytes)
+	case o.retries < 0:
+		return nil, usagef("--retries %d: want 0 or more", o.retries)
+	case o.deliveryTimeout <= 0:
+		return nil, usagef("--delivery-timeout %v: want more than 0", o.deliveryTimeout)
+	case o.requestTimeout <= 0:
+		return nil, usagef("--request-timeout %v: want more than 0", o.requestTimeout)
+	case o.progress < 0:
+		return nil, usagef("--progress %v: want 0 (never) or more", o.progress)
+	case o.closeTimeout < 0:
+		return nil, usagef("--close-timeout %v: want 0 or more", o.closeTimeout)
+	case strings.TrimSpace(o.name) == "":
+		return nil, usagef("--name must not be empty")
+	}
+	if o.rate, err = parseRate(o.rateStr); err != nil {
+		return nil, &usageError{err.Error()}
+	}
+	if o.acks, err = producer.ParseAcks(o.acksStr); err != nil {
+		return nil, usagef("--acks %q: want 0, 1 or all", o.acksStr)
+	}
+	if o.idempotent {
+		switch {
+		case o.acks != client.AcksAll:
+			return nil, usagef("--idempotent needs --acks all, not --acks %s (as Kafka's enable.idempotence)", o.acksStr)
+		case o.maxInFlight > producer.MaxIdempotentInFlight:
+			return nil, usagef("--idempotent allows --max-in-flight up to %d, not %d", producer.MaxIdempotentInFlight, o.maxInFlight)
+		case o.retries < 1:
+			return nil, usagef("--idempotent needs --retries of at least 1, not %d", o.retries)
+		}
+	}
+	return o, nil
+}
+
+func (o *daemonOpts) producerConfig() producer.Config {
+	cfg := producer.DefaultConfig(o.topic)
+	cfg.Acks, cfg.Idempotent, cfg.MaxInFlight = o.acks, o.idempotent, o.maxInFlight
+	cfg.Linger, cfg.BatchBytes, cfg.Retries = o.linger, o.batchBytes, o.retries
+	cfg.DeliveryTimeout, cfg.RequestTimeout = o.deliveryTimeout, o.requestTimeout
+	return cfg
+}
+
+// Daemon states, as StatusResponse.state spells them.
+const (
+	stateRunning  = "running"
+	statePaused   = "paused"
+	stateStopping = "stopping"
+	stateDone     = "done"
+)
+
+// daemon is one run of producerd.
+type daemon struct {
+	o        *daemonOpts
+	out      io.Writer
+	log      *slog.Logger
+	prod     *producer.Producer
+	hist     *producer.History
+	idPrefix string
+	start    time.Time
+
+	mu       sync.Mutex
+	state    string
+	rate     float64
+	changed  chan struct{} // closed and replaced on every change of state or rate
+	stopOnce sync.Once
+	stopReq  chan struct{} // closed by requestStop
+	finished chan struct{} // closed once the run is over and final is set
+	final    *tapesv1.StatusResponse
+}
+
+func runDaemon(args []string, stdout, stderr io.Writer) error {
+	o, err := parseDaemon(args, stderr)
+	if err != nil {
+		return err
+	}
+	logger, err := newLogger(o.logLevel, stderr, o.name)
+	if err != nil {
+		return err
+	}
+	d := &daemon{o: o, out: stdout, log: logger, state: stateRunning, rate: o.rate,
+		changed: make(chan struct{}), stopReq: make(chan struct{}), finished: make(chan struct{}),
+		idPrefix: fmt.Sprintf("%s-%08x-", o.name, rand.Uint32())}
+	return d.run()
+}
+
+func (d *daemon) run() error {
+	o := d.o
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	setup, cancelSetup := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelSetup()
+	setupDone, watcherDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		select {
+		case <-sigs:
+			cancelSetup()
+		case <-setupDone:
+		}
+	}()
+
+	cl, err := o.client(d.log)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cfg := o.producerConfig()
+	cfg.Logger = d.log
+	if o.history != "" {
+		if d.hist, err = producer.CreateHistory(o.history, o.acks); err != nil {
+			return usagef("--history %s: %v", o.history, err)
+		}
+		cfg.OnBatch = d.hist.Write
+	}
+	closeHistory := func() error {
+		if d.hist == nil {
+			return nil
+		}
+		return d.hist.Close()
+	}
+	prod, err := producer.New(setup, cl, cfg)
+	if err != nil {
+		closeHistory()
+		if kerr.Is(err, kerr.UnknownTopicOrPartition) {
+			return &inputError{fmt.Errorf("--topic %s: %w", o.topic, err)}
+		}
+		return err
+	}
+	d.prod = prod
+	if err := d.checkRecordSize(); err != nil {
+		prod.Close(context.Background())
+		closeHistory()
+		return err
+	}
+
+	var srv *grpc.Server
+	if o.controlListen != "" {
+		lis, err := net.Listen("tcp", o.controlListen)
+		if err != nil {
+			prod.Close(context.Background())
+			closeHistory()
+			return usagef("--control-listen %s: %v", o.controlListen, err)
+		}
+		srv = grpc.NewServer()
+		tapesv1.RegisterProducerControlServiceServer(srv, &controlServer{d: d})
+		go srv.Serve(lis)
+		fmt.Fprintf(d.out, "%s: control endpoint %s\n", o.name, lis.Addr())
+		d.log.Info("control endpoint", "address", lis.Addr().String())
+	}
+	// From here on, signals go to the loop below.
+	close(setupDone)
+	<-watcherDone
+	if setup.Err() != nil {
+		// A signal came during set-up, just after it ended.
+		d.requestStop()
+	}
+	cancelSetup()
+	pid, epoch := prod.ProducerID()
+	d.log.Info("producing", "topic", o.topic, "partitions", prod.Partitions(), "acks", producer.AcksName(o.acks),
+		"idempotent", o.idempotent, "producer_id", pid, "epoch", epoch, "rate", o.rate, "keys", o.keys)
+
+	// Signals: the first stops sending, the second gives up on the records
+	// in flight.
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-sigs:
+				n++
+				if n == 1 {
+					d.log.Info("signal: stopping (again to give up on records in flight)")
+					d.requestStop()
+				} else {
+					d.log.Warn("second signal: giving up on records in flight")
+					prod.Abort()
+				}
+			case <-d.finished:
+				return
+			}
+		}
+	}()
+
+	d.start = time.Now()
+	progressDone := make(chan struct{})
+	go d.progressLoop(progressDone)
+	sendErr := d.generate()
+
+	// Close: wait for every outcome. A normal end waits as long as a batch
+	// may take; a stop request waits --close-timeout from the request.
+	d.setState(stateStopping)
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), o.deliveryTimeout+o.requestTimeout)
+	defer cancelClose()
+	closed := make(chan struct{})
+	go func() {
+		select {
+		case <-d.stopReq:
+			t := time.NewTimer(o.closeTimeout)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				cancelClose()
+			case <-closed:
+			}
+		case <-closed:
+		}
+	}()
+	if err := prod.Close(closeCtx); err != nil {
+		d.log.Warn("gave up waiting for records in flight", "err", err)
+	}
+	close(closed)
+	close(progressDone)
+	histErr := closeHistory()
+	st := d.status()
+	st.State = stateDone
+	d.mu.Lock()
+	d.state = stateDone
+	d.final = st
+	d.mu.Unlock()
+	close(d.finished)
+	d.summary(st)
+	if srv != nil {
+		stopServer(srv)
+	}
+	switch {
+	case histErr != nil:
+		return histErr
+	case sendErr != nil:
+		return sendErr
+	}
+	if n := prod.Stats().FailedTotal(); n > 0 {
+		return &failedError{n}
+	}
+	return nil
+}
+
+// stopServer lets a pending Stop call get its answer, briefly.
+func stopServer(srv *grpc.Server) {
+	done := make(chan struct{})
+	go func() { srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		srv.Stop()
+	}
+}
+
+// checkRecordSize refuses a --value-size whose records can never be
+// written: the largest record this run makes must fit max.message.bytes.
+func (d *daemon) checkRecordSize() error {
+	o := d.o
+	n := int64(math.MaxInt64)
+	if o.count > 0 {
+		n = o.count - 1
+	}
+	rec := d.record(n, rand.New(rand.NewPCG(1, 1)))
+	if o.keys == "on" {
+		rec.Key = []byte("key-" + strconv.Itoa(o.keySpace-1))
+	}
+	size := producer.SingleRecordBatchSize(&tapesv1.Record{TimestampMs: time.Now().UnixMilli(), Key: rec.Key, Value: rec.Value, Headers: rec.Headers})
+	if max := d.prod.MaxMessageBytes(); int64(size) > max {
+		return &inputError{kerr.New(kerr.RecordTooLarge, "--value-size %d makes records of up to %d bytes (key and headers included), more than max.message.bytes=%d of topic %q",
+			o.valueSize, size, max, o.topic)}
+	}
+	return nil
+}
+
+// record makes record number n.
+func (d *daemon) record(n int64, rng *rand.Rand) *producer.Record {
+	o := d.o
+	id := d.idPrefix + strconv.FormatInt(n, 10)
+	var key []byte
+	if o.keys == "on" {
+		k := 0
+		if o.hotShare == 0 || rng.Float64() >= o.hotShare {
+			k = rng.IntN(o.keySpace)
+		}
+		key = []byte("key-" + strconv.Itoa(k))
+	}
+	value := make([]byte, o.valueSize)
+	c := copy(value, id)
+	for i := c; i < len(value); i++ {
+		value[i] = '.'
+	}
+	return &producer.Record{
+		Key: key, Value: value, Tag: n,
+		Headers: []*tapesv1.Header{
+			{Key: producer.EventIDHeader, Value: []byte(id)},
+			{Key: producer.SchemaVersionHeader, Value: []byte("1")},
+		},
+	}
+}
+
+// generate sends records until the count or duration is reached or a stop
+// is requested. It returns an error only when Send failed unexpectedly.
+func (d *daemon) generate() error {
+	o := d.o
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-d.stopReq:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var end <-chan time.Time
+	if o.duration > 0 {
+		t := time.NewTimer(o.duration)
+		defer t.Stop()
+		end = t.C
+	}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	var pc pacer
+	d.mu.Lock()
+	pc.reset(d.rate, time.Now())
+	d.mu.Unlock()
+	for n := int64(0); o.count == 0 || n < o.count; n++ {
+		// Pause and rate changes.
+		for {
+			d.mu.Lock()
+			state, rate, changed := d.state, d.rate, d.changed
+			d.mu.Unlock()
+			if rate != pc.rate {
+				pc.reset(rate, time.Now())
+			}
+			if state == stateRunning {
+				break
+			}
+			if state != statePaused {
+				return nil
+			}
+			select {
+			case <-changed:
+				pc.reset(rate, time.Now())
+			case <-ctx.Done():
+				return nil
+			case <-end:
+				return nil
+			}
+		}
+		if w := pc.next(time.Now()); w > time.Millisecond {
+			t := time.NewTimer(w)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-end:
+				t.Stop()
+				return nil
+			}
+		}
+		select {
+		case <-end:
+			return nil
+		case <-ctx.Done():
+			return nil
+		default:
+		}
+		if err := d.prod.Send(ctx, d.record(n, rng)); err != nil {
+			if ctx.Err() != nil || errors.Is(err, producer.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("send record %d: %w", n, err)
+		}
+	}
+	return nil
+}
+
+func (d *daemon) requestStop() {
+	d.stopOnce.Do(func() {
+		close(d.stopReq)
+		d.setState(stateStopping)
+	})
+}
+
+func (d *daemon) setState(s string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state == stateDone || d.state == s || (d.state == stateStopping && s != stateDone) {
+		return
+	}
+	d.state = s
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+func (d *daemon) setRate(r float64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.rate = r
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// status is the StatusResponse now.
+func (d *daemon) status() *tapesv1.StatusResponse {
+	st := d.prod.Stats()
+	pid, epoch := d.prod.ProducerID()
+	d.mu.Lock()
+	state, rate := d.state, d.rate
+	d.mu.Unlock()
+	resp := &tapesv1.StatusResponse{
+		State: state, Topic: d.o.topic, Acks: d.o.acks, Idempotent: d.o.idempotent, Keys: d.o.keys == "on",
+		Rate: rate, Sent: st.Sent, Acked: st.Acked, Failed: st.Failed, Retried: st.RetriedRecords,
+		DuplicatesAvoided: st.DuplicatesAvoided, InFlight: st.InFlight,
+		AckedPerPartition: map[int32]int64{}, ProducerId: pid, ProducerEpoch: epoch,
+	}
+	for p, n := range st.AckedPerPartition {
+		resp.AckedPerPartition[int32(p)] = n
+	}
+	return resp
+}
+
+func (d *daemon) progressLoop(done <-chan struct{}) {
+	if d.o.progress <= 0 {
+		return
+	}
+	t := time.NewTicker(d.o.progress)
+	defer t.Stop()
+	last, lastAt := int64(0), time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			st := d.prod.Stats()
+			rate := float64(st.Acked-last) / now.Sub(lastAt).Seconds()
+			last, lastAt = st.Acked, now
+			fmt.Fprintf(d.out, "%s: %d sent, %d acked, %d failed, %d retried, %d duplicates avoided, %d in flight, %.0f acked/s\n",
+				d.o.name, st.Sent, st.Acked, st.FailedTotal(), st.RetriedRecords, st.DuplicatesAvoided, st.InFlight, rate)
+		}
+	}
+}
+
+// summary prints the final counters.
+func (d *daemon) summary(st *tapesv1.StatusResponse) {
+	o := d.o
+	mode := "not idempotent"
+	if o.idempotent {
+		mode = fmt.Sprintf("idempotent (producer id %d)", st.ProducerId)
+	}
+	ps := d.prod.Stats()
+	fmt.Fprintf(d.out, "%s summary: topic %s, acks=%s, %s, %.1fs\n", o.name, o.topic, producer.AcksName(o.acks), mode, time.Since(d.start).Seconds())
+	fmt.Fprintf(d.out, "  sent                %d\n", ps.Sent)
+	fmt.Fprintf(d.out, "  acked               %d\n", ps.Acked)
+	failed := fmt.Sprint(ps.FailedTotal())
+	if names := ps.FailedNames(); len(names) > 0 {
+		var parts []string
+		for _, n := range names {
+			parts = append(parts, fmt.Sprintf("%s %d", n, ps.Failed[n]))
+		}
+		failed += " (" + strings.Join(parts, ", ") + ")"
+	}
+	fmt.Fprintf(d.out, "  failed              %s\n", failed)
+	fmt.Fprintf(d.out, "  retried             %d records in %d requests\n", ps.RetriedRecords, ps.RetriedRequests)
+	fmt.Fprintf(d.out, "  duplicates avoided  %d batches\n", ps.DuplicatesAvoided)
+	if o.history != "" {
+		fmt.Fprintf(d.out, "  history             %s\n", o.history)
+	}
+}
