@@ -1,7 +1,8 @@
 // Package bench measures a real 3-broker cluster on this machine and prints
 // the figures: produce throughput and latency percentiles (1 and 6
 // partitions, acks=1 and acks=all, batched), the time from a leader's
-// SIGKILL to the next acks=all success, and the idle CPU of 100 partitions.
+// SIGKILL (and SIGSTOP) to the next acks=all success, the idle CPU of 100
+// partitions, and `producerd perf` for acks 0, 1 and all (idempotent).
 // It runs only with TAPES_BENCH=1 (`make bench`); nothing here asserts a
 // timing.
 package bench
