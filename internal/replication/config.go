@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -89,9 +90,11 @@ var (
 func ServerID(id metadata.BrokerID) raft.ServerID { return raft.ServerID(fmt.Sprint(id)) }
 
 // BrokerOf parses a Raft server id back to a broker id (-1 when malformed).
+// It runs on every outbound Raft RPC (through the broker's resolver), so it
+// parses with strconv rather than fmt.
 func BrokerOf(id raft.ServerID) metadata.BrokerID {
-	var b int32
-	if _, err := fmt.Sscan(string(id), &b); err != nil {
+	b, err := strconv.ParseInt(string(id), 10, 32)
+	if err != nil {
 		return -1
 	}
 	return metadata.BrokerID(b)

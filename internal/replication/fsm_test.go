@@ -112,4 +112,7 @@ func TestCommandRoundTrip(t *testing.T) {
 	if _, err := decodeCmd([]byte{9, 0, 0}); err == nil {
 		t.Fatal("garbage decoded")
 	}
+	if BrokerOf(ServerID(12)) != 12 || BrokerOf("x") != -1 || BrokerOf("") != -1 {
+		t.Fatal("BrokerOf does not invert ServerID")
+	}
 }
