@@ -19,7 +19,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/tapes-dev/tapes/internal/client"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/producer"
@@ -28,30 +27,23 @@ import (
 // daemonOpts are producerd's flags.
 type daemonOpts struct {
 	target
-	topic           string
-	count           int64
-	duration        time.Duration
-	rateStr         string
-	rate            float64
-	keys            string
-	keySpace        int
-	hotShare        float64
-	valueSize       int
-	acksStr         string
-	acks            int32
-	idempotent      bool
-	maxInFlight     int
-	linger          time.Duration
-	batchBytes      int
-	retries         int
-	deliveryTimeout time.Duration
-	requestTimeout  time.Duration
-	history         string
-	name            string
-	controlListen   string
-	progress        time.Duration
-	closeTimeout    time.Duration
-	logLevel        string
+	sendOpts
+	topic         string
+	count         int64
+	duration      time.Duration
+	rateStr       string
+	rate          float64
+	keys          string
+	keySpace      int
+	hotShare      float64
+	valueSize     int
+	retries       int
+	history       string
+	name          string
+	controlListen string
+	progress      time.Duration
+	closeTimeout  time.Duration
+	logLevel      string
 }
 
 const daemonAbout = `Writes records to a topic until --count records or --duration have passed (or forever), at
@@ -96,15 +88,8 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 	fs.IntVar(&o.keySpace, "key-space", 100, "number of distinct keys (key-0 ... key-(K-1)) with --keys on")
 	fs.Float64Var(&o.hotShare, "hot-key-share", 0, "share of records, 0 to 1, that use the hot key key-0 (skews one partition)")
 	fs.IntVar(&o.valueSize, "value-size", 100, "bytes in each record's value")
-	fs.StringVar(&o.acksStr, "acks", "all", "acknowledgement to wait for: 0 (none), 1 (the leader's log) or all (committed by Raft)")
-	fs.BoolVar(&o.idempotent, "idempotent", false, "idempotent producer: producer id and sequence numbers, so retries neither duplicate nor reorder (needs --acks all)")
-	fs.IntVar(&o.maxInFlight, "max-in-flight", producer.DefaultMaxInFlight, "most Produce requests in flight per partition (at most 5 with --idempotent)")
-	o.linger = producer.DefaultLinger
-	fs.Var(msDuration{&o.linger}, "linger", "how long a batch waits for more records: `ms` as a number (5) or a duration (5ms)")
-	fs.IntVar(&o.batchBytes, "batch-bytes", producer.DefaultBatchBytes, "a partition's batch is sent once it holds this many bytes (Kafka's batch.size)")
+	o.sendOpts.addFlags(fs)
 	fs.IntVar(&o.retries, "retries", producer.DefaultRetries, "most times a failed batch is retried (0: never; --idempotent needs at least 1)")
-	fs.DurationVar(&o.deliveryTimeout, "delivery-timeout", producer.DefaultDeliveryTimeout, "a batch not acknowledged this long after its first record fails with REQUEST_TIMED_OUT")
-	fs.DurationVar(&o.requestTimeout, "request-timeout", producer.DefaultRequestTimeout, "how long one Produce request may take before it counts as failed and is retried")
 	fs.StringVar(&o.history, "history", "", "write every record's outcome to this `file`, one JSON line each (see above)")
 	fs.StringVar(&o.name, "name", "producer-1", "this producer's name, in its logs, status, event ids and summary")
 	fs.StringVar(&o.controlListen, "control-listen", "127.0.0.1:0", "address of the gRPC control endpoint (port 0: any free port; empty: none)")
@@ -132,18 +117,8 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 		return nil, usagef("--hot-key-share %v needs --keys on", o.hotShare)
 	case o.valueSize < 0:
 		return nil, usagef("--value-size %d: want 0 or more bytes", o.valueSize)
-	case o.maxInFlight < 1:
-		return nil, usagef("--max-in-flight %d: want at least 1", o.maxInFlight)
-	case o.linger < 0:
-		return nil, usagef("--linger %v: want 0 or more", o.linger)
-	case o.batchBytes < 1:
-		return nil, usagef("--batch-bytes %d: want at least 1", o.batchBytes)
 	case o.retries < 0:
 		return nil, usagef("--retries %d: want 0 or more", o.retries)
-	case o.deliveryTimeout <= 0:
-		return nil, usagef("--delivery-timeout %v: want more than 0", o.deliveryTimeout)
-	case o.requestTimeout <= 0:
-		return nil, usagef("--request-timeout %v: want more than 0", o.requestTimeout)
 	case o.progress < 0:
 		return nil, usagef("--progress %v: want 0 (never) or more", o.progress)
 	case o.closeTimeout < 0:
@@ -154,18 +129,11 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 	if o.rate, err = parseRate(o.rateStr); err != nil {
 		return nil, &usageError{err.Error()}
 	}
-	if o.acks, err = producer.ParseAcks(o.acksStr); err != nil {
-		return nil, usagef("--acks %q: want 0, 1 or all", o.acksStr)
+	if err := o.sendOpts.check(); err != nil {
+		return nil, err
 	}
-	if o.idempotent {
-		switch {
-		case o.acks != client.AcksAll:
-			return nil, usagef("--idempotent needs --acks all, not --acks %s (as Kafka's enable.idempotence)", o.acksStr)
-		case o.maxInFlight > producer.MaxIdempotentInFlight:
-			return nil, usagef("--idempotent allows --max-in-flight up to %d, not %d", producer.MaxIdempotentInFlight, o.maxInFlight)
-		case o.retries < 1:
-			return nil, usagef("--idempotent needs --retries of at least 1, not %d", o.retries)
-		}
+	if o.idempotent && o.retries < 1 {
+		return nil, usagef("--idempotent needs --retries of at least 1, not %d", o.retries)
 	}
 	return o, nil
 }

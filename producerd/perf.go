@@ -36,23 +36,16 @@ record larger than the topic's max.message.bytes.`
 
 type perfOpts struct {
 	target
-	topic           string
-	numRecords      int64
-	recordSize      int
-	throughputStr   string
-	throughput      float64
-	acksStr         string
-	acks            int32
-	partitions      int
-	rf              int
-	idempotent      bool
-	maxInFlight     int
-	linger          time.Duration
-	batchBytes      int
-	deliveryTimeout time.Duration
-	requestTimeout  time.Duration
-	interval        time.Duration
-	logLevel        string
+	sendOpts
+	topic         string
+	numRecords    int64
+	recordSize    int
+	throughputStr string
+	throughput    float64
+	partitions    int
+	rf            int
+	interval      time.Duration
+	logLevel      string
 }
 
 func parsePerf(args []string, stderr io.Writer) (*perfOpts, error) {
@@ -63,16 +56,9 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, error) {
 	fs.Int64Var(&o.numRecords, "num-records", 0, "number of records to send (required)")
 	fs.IntVar(&o.recordSize, "record-size", 0, "bytes in each record's value (required)")
 	fs.StringVar(&o.throughputStr, "throughput", "", "target records per second, or -1 for no limit (required)")
-	fs.StringVar(&o.acksStr, "acks", "all", "acknowledgement to wait for: 0 (none), 1 (the leader's log) or all (committed by Raft)")
+	o.sendOpts.addFlags(fs)
 	fs.IntVar(&o.partitions, "partitions", 0, "create the topic with this many partitions if it does not exist (0: the topic must exist)")
 	fs.IntVar(&o.rf, "replication-factor", 0, "replicas per partition of a topic --partitions creates (0: 3, or the broker count if smaller)")
-	fs.BoolVar(&o.idempotent, "idempotent", false, "idempotent producer: producer id and sequence numbers (needs --acks all)")
-	fs.IntVar(&o.maxInFlight, "max-in-flight", producer.DefaultMaxInFlight, "most Produce requests in flight per partition (at most 5 with --idempotent)")
-	o.linger = producer.DefaultLinger
-	fs.Var(msDuration{&o.linger}, "linger", "how long a batch waits for more records: `ms` as a number (5) or a duration (5ms)")
-	fs.IntVar(&o.batchBytes, "batch-bytes", producer.DefaultBatchBytes, "a partition's batch is sent once it holds this many bytes (Kafka's batch.size)")
-	fs.DurationVar(&o.deliveryTimeout, "delivery-timeout", producer.DefaultDeliveryTimeout, "a batch not acknowledged this long after its first record fails")
-	fs.DurationVar(&o.requestTimeout, "request-timeout", producer.DefaultRequestTimeout, "how long one Produce request may take before it is retried")
 	fs.DurationVar(&o.interval, "reporting-interval", 5*time.Second, "how often to print a progress line")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
@@ -95,30 +81,14 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, error) {
 		return nil, usagef("--partitions %d: want 1 or more (0: use the existing topic)", o.partitions)
 	case o.rf < 0:
 		return nil, usagef("--replication-factor %d: want 1 or more", o.rf)
-	case o.maxInFlight < 1:
-		return nil, usagef("--max-in-flight %d: want at least 1", o.maxInFlight)
-	case o.linger < 0:
-		return nil, usagef("--linger %v: want 0 or more", o.linger)
-	case o.batchBytes < 1:
-		return nil, usagef("--batch-bytes %d: want at least 1", o.batchBytes)
-	case o.deliveryTimeout <= 0 || o.requestTimeout <= 0:
-		return nil, usagef("--delivery-timeout and --request-timeout must be more than 0")
 	case o.interval <= 0:
 		return nil, usagef("--reporting-interval %v: want more than 0", o.interval)
 	}
 	if o.throughput, err = strconv.ParseFloat(strings.TrimSpace(o.throughputStr), 64); err != nil || (o.throughput <= 0 && o.throughput != -1) {
 		return nil, usagef("--throughput %q: want records per second (more than 0), or -1 for no limit", o.throughputStr)
 	}
-	if o.acks, err = producer.ParseAcks(o.acksStr); err != nil {
-		return nil, usagef("--acks %q: want 0, 1 or all", o.acksStr)
-	}
-	if o.idempotent {
-		switch {
-		case o.acks != client.AcksAll:
-			return nil, usagef("--idempotent needs --acks all, not --acks %s", o.acksStr)
-		case o.maxInFlight > producer.MaxIdempotentInFlight:
-			return nil, usagef("--idempotent allows --max-in-flight up to %d, not %d", producer.MaxIdempotentInFlight, o.maxInFlight)
-		}
+	if err := o.sendOpts.check(); err != nil {
+		return nil, err
 	}
 	return o, nil
 }
