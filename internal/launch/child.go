@@ -167,6 +167,18 @@ func (c *Cluster) child(name string) (*child, error) {
 	return ch, nil
 }
 
+// operate runs fn on the named child with its operation lock held, so that
+// operations on one process (kill, stop, pause, restart) never interleave.
+func (c *Cluster) operate(name string, fn func(ch *child) error) error {
+	ch, err := c.child(name)
+	if err != nil {
+		return err
+	}
+	ch.op.Lock()
+	defer ch.op.Unlock()
+	return fn(ch)
+}
+
 // live returns the child's running process, marked as expected to end when
 // ending is what the caller is about to ask. ch.op held.
 func (c *Cluster) live(ch *child, ending bool) (*run, error) {
@@ -191,37 +203,29 @@ func (c *Cluster) live(ch *child, ending bool) (*run, error) {
 
 // Kill sends SIGKILL to the named process (a crash) and waits until it has exited.
 func (c *Cluster) Kill(name string) error {
-	ch, err := c.child(name)
-	if err != nil {
-		return err
-	}
-	ch.op.Lock()
-	defer ch.op.Unlock()
-	r, err := c.live(ch, true)
-	if err != nil {
-		return err
-	}
-	if err := signal(r, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("launch: kill %s: %w", name, err)
-	}
-	<-r.done
-	return nil
+	return c.operate(name, func(ch *child) error {
+		r, err := c.live(ch, true)
+		if err != nil {
+			return err
+		}
+		if err := signal(r, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("launch: kill %s: %w", name, err)
+		}
+		<-r.done
+		return nil
+	})
 }
 
 // Stop asks the named process to shut down (SIGTERM) and waits; after
 // StopTimeout it sends SIGKILL.
 func (c *Cluster) Stop(name string) error {
-	ch, err := c.child(name)
-	if err != nil {
-		return err
-	}
-	ch.op.Lock()
-	defer ch.op.Unlock()
-	r, err := c.live(ch, true)
-	if err != nil {
-		return err
-	}
-	return c.stopRun(name, r)
+	return c.operate(name, func(ch *child) error {
+		r, err := c.live(ch, true)
+		if err != nil {
+			return err
+		}
+		return c.stopRun(name, r)
+	})
 }
 
 // stopRun ends r: SIGCONT (a stopped process cannot handle SIGTERM), SIGTERM,
@@ -260,57 +264,49 @@ func (c *Cluster) Resume(name string) error {
 }
 
 func (c *Cluster) jobControl(name string, sig syscall.Signal, paused bool) error {
-	ch, err := c.child(name)
-	if err != nil {
-		return err
-	}
-	ch.op.Lock()
-	defer ch.op.Unlock()
-	r, err := c.live(ch, false)
-	if err != nil {
-		return err
-	}
-	if err := signal(r, sig); err != nil {
-		return fmt.Errorf("launch: %s %s: %w", sig, name, err)
-	}
-	c.mu.Lock()
-	r.paused = paused
-	c.mu.Unlock()
-	return nil
+	return c.operate(name, func(ch *child) error {
+		r, err := c.live(ch, false)
+		if err != nil {
+			return err
+		}
+		if err := signal(r, sig); err != nil {
+			return fmt.Errorf("launch: %s %s: %w", sig, name, err)
+		}
+		c.mu.Lock()
+		r.paused = paused
+		c.mu.Unlock()
+		return nil
+	})
 }
 
 // Restart starts the named process again on the same data dir and address,
 // stopping it first (as Stop does) if it is running. It fails if the port
 // cannot be bound again: the other brokers know the broker by that address.
 func (c *Cluster) Restart(name string) error {
-	ch, err := c.child(name)
-	if err != nil {
-		return err
-	}
-	ch.op.Lock()
-	defer ch.op.Unlock()
-	r, err := c.live(ch, true)
-	switch {
-	case errors.Is(err, ErrNotRunning):
-	case err != nil:
-		return err
-	default:
-		if err := c.stopRun(name, r); err != nil {
+	return c.operate(name, func(ch *child) error {
+		r, err := c.live(ch, true)
+		switch {
+		case errors.Is(err, ErrNotRunning):
+		case err != nil:
 			return err
+		default:
+			if err := c.stopRun(name, r); err != nil {
+				return err
+			}
 		}
-	}
-	ln, _, err := bind(ch.listen)
-	if err != nil {
-		return fmt.Errorf("launch: restart %s: bind its address again: %w", name, err)
-	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
-		ln.Close()
-		return ErrClosed
-	}
-	return c.spawn(ch, ln)
+		ln, _, err := bind(ch.listen)
+		if err != nil {
+			return fmt.Errorf("launch: restart %s: bind its address again: %w", name, err)
+		}
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			ln.Close()
+			return ErrClosed
+		}
+		return c.spawn(ch, ln)
+	})
 }
 
 // signal sends sig to r's process; a process that has already exited is no error.
