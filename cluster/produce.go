@@ -87,9 +87,9 @@ func (c *produceCommand) Run(ctx context.Context, args []string) error {
 	if linger < 0 {
 		return fmt.Errorf("%w: --linger %v: want 0 or more", errUsage, linger)
 	}
-	ackCode, err := parseAcks(acks)
+	ackCode, err := client.ParseAcks(acks)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: --%v", errUsage, err)
 	}
 	hdrs, err := parseHeaders(headers)
 	if err != nil {
@@ -133,18 +133,6 @@ func (c *produceCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("%d of %d records failed", f, p.sent)
 	}
 	return nil
-}
-
-func parseAcks(s string) (int32, error) {
-	switch s {
-	case "0":
-		return client.AcksNone, nil
-	case "1":
-		return client.AcksLeader, nil
-	case "all", "-1":
-		return client.AcksAll, nil
-	}
-	return 0, fmt.Errorf("%w: --acks %q: want 0, 1 or all", errUsage, s)
 }
 
 func parseHeaders(kvs []string) ([]*tapesv1.Header, error) {

@@ -49,7 +49,7 @@ func (s *sendOpts) check() error {
 	case s.requestTimeout <= 0:
 		return usagef("--request-timeout %v: want more than 0", s.requestTimeout)
 	}
-	acks, err := producer.ParseAcks(s.acksStr)
+	acks, err := client.ParseAcks(s.acksStr)
 	if err != nil {
 		return usagef("--acks %q: want 0, 1 or all", s.acksStr)
 	}

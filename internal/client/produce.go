@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/grpc"
 
@@ -15,6 +16,19 @@ const (
 	AcksLeader int32 = 1  // answered once the leader's Raft log holds it
 	AcksAll    int32 = -1 // answered once Raft committed and applied it
 )
+
+// ParseAcks reads "0", "1", "all" or "-1".
+func ParseAcks(s string) (int32, error) {
+	switch s {
+	case "0":
+		return AcksNone, nil
+	case "1":
+		return AcksLeader, nil
+	case "all", "-1":
+		return AcksAll, nil
+	}
+	return 0, fmt.Errorf("acks %q: want 0, 1 or all", s)
+}
 
 // ProduceOptions says how Produce retries.
 //

@@ -144,16 +144,3 @@ func AcksName(acks int32) string {
 	}
 	return fmt.Sprint(acks)
 }
-
-// ParseAcks reads "0", "1", "all" or "-1".
-func ParseAcks(s string) (int32, error) {
-	switch s {
-	case "0":
-		return client.AcksNone, nil
-	case "1":
-		return client.AcksLeader, nil
-	case "all", "-1":
-		return client.AcksAll, nil
-	}
-	return 0, fmt.Errorf("acks %q: want 0, 1 or all", s)
-}
