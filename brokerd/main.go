@@ -17,6 +17,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +65,18 @@ func run(args []string) error {
 	fs.DurationVar(&def.PreferredLeaderDelay, "preferred-leader-delay", def.PreferredLeaderDelay, "a leader that is not a partition's preferred replica hands leadership back to it after this long, once it is caught up (0 disables; Kafka's auto.leader.rebalance)")
 	fs.DurationVar(&def.HeartbeatInterval, "broker-heartbeat-interval", def.HeartbeatInterval, "how often this broker tells its peers it is alive")
 	fs.DurationVar(&def.SessionTimeout, "broker-session-timeout", def.SessionTimeout, "a broker not heard from for this long is shown as dead in Metadata")
+	fs.Func("offsets-topic-partitions", fmt.Sprintf("partitions of __consumer_offsets, created when the first group looks for its coordinator (default %d)", def.Groups.OffsetsTopicPartitions), func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("want a positive integer, got %q", v)
+		}
+		def.Groups.OffsetsTopicPartitions = int32(n)
+		return nil
+	})
+	fs.IntVar(&def.Groups.OffsetsTopicReplicationFactor, "offsets-topic-replication-factor", def.Groups.OffsetsTopicReplicationFactor, "replication factor of __consumer_offsets (capped at the number of brokers)")
+	fs.DurationVar(&def.Groups.MinSessionTimeout, "group-min-session-timeout", def.Groups.MinSessionTimeout, "shortest session timeout a consumer may ask for (group.min.session.timeout.ms)")
+	fs.DurationVar(&def.Groups.MaxSessionTimeout, "group-max-session-timeout", def.Groups.MaxSessionTimeout, "longest session timeout a consumer may ask for (group.max.session.timeout.ms)")
+	fs.DurationVar(&def.Groups.InitialRebalanceDelay, "group-initial-rebalance-delay", def.Groups.InitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (group.initial.rebalance.delay.ms)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/replication"
@@ -154,7 +155,11 @@ func (a *api) CreateTopics(ctx context.Context, req *tapesv1.CreateTopicsRequest
 	resp := &tapesv1.CreateTopicsResponse{}
 	for _, spec := range req.Topics {
 		var detail *tapesv1.ErrorDetail
-		if err := a.createTopic(ctx, spec, req.ValidateOnly); err != nil {
+		err := error(kerr.New(kerr.InvalidTopic, "%s is an internal topic: the brokers create it when the first consumer group looks for its coordinator", spec.Name))
+		if spec.Name != group.OffsetsTopic {
+			err = a.createTopic(ctx, spec, req.ValidateOnly)
+		}
+		if err != nil {
 			detail = asDetail(err)
 		}
 		resp.Results = append(resp.Results, &tapesv1.TopicResult{Name: spec.Name, Error: detail})
@@ -205,8 +210,11 @@ func (a *api) createTopic(ctx context.Context, spec *tapesv1.TopicSpec, validate
 func (a *api) DeleteTopics(ctx context.Context, req *tapesv1.DeleteTopicsRequest) (*tapesv1.DeleteTopicsResponse, error) {
 	resp := &tapesv1.DeleteTopicsResponse{}
 	for _, name := range req.Names {
-		res, err := a.b.propose(ctx, &metadata.Command{Op: metadata.OpDeleteTopic, Name: name})
-		if err == nil {
+		var err error
+		var res *metadata.Result
+		if name == group.OffsetsTopic {
+			err = kerr.New(kerr.InvalidTopic, "%s is an internal topic (committed offsets of every consumer group) and cannot be deleted", name)
+		} else if res, err = a.b.propose(ctx, &metadata.Command{Op: metadata.OpDeleteTopic, Name: name}); err == nil {
 			err = res.Err()
 		}
 		if err == nil {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/raftnet"
 	"github.com/tapes-dev/tapes/internal/replication"
@@ -58,6 +59,7 @@ type Broker struct {
 
 	reports *reporter
 	metrics *metrics
+	groups  *group.Coordinator
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -110,6 +112,11 @@ func New(cfg Config) (*Broker, error) {
 	mux.Register(b.grpc)
 	tapesv1.RegisterBrokerServiceServer(b.grpc, &api{b: b})
 	tapesv1.RegisterControllerServiceServer(b.grpc, &controllerAPI{b: b})
+	tapesv1.RegisterGroupServiceServer(b.grpc, &groupAPI{b: b})
+	if b.groups, err = b.newCoordinator(); err != nil {
+		mux.Close()
+		return nil, fmt.Errorf("group coordinator: %w", err)
+	}
 	if err := b.openController(); err != nil {
 		mux.Close()
 		return nil, err
@@ -183,7 +190,13 @@ func (b *Broker) openController() error {
 // Serve runs the broker on lis until Shutdown: the gRPC server, broker
 // registration, heartbeats, replica reconciliation and leader reports.
 func (b *Broker) Serve(lis net.Listener) error {
-	b.wg.Add(6)
+	b.wg.Add(7)
+	go func() {
+		defer b.wg.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { <-b.stop; cancel() }()
+		b.groups.Run(ctx)
+	}()
 	go b.watchPeers()
 	go b.observe()
 	go b.registerLoop()

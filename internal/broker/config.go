@@ -39,7 +39,25 @@ type Config struct {
 	// SessionTimeout: a broker not heard from for this long is shown dead.
 	SessionTimeout time.Duration
 
+	// Groups configures the consumer group coordinator.
+	Groups GroupConfig
+
 	Logger *slog.Logger
+}
+
+// GroupConfig configures the consumer group coordinator and its internal
+// topic, __consumer_offsets (created on the first FindCoordinator).
+type GroupConfig struct {
+	// OffsetsTopicPartitions is offsets.topic.num.partitions.
+	OffsetsTopicPartitions int32
+	// OffsetsTopicReplicationFactor is offsets.topic.replication.factor;
+	// the topic is created with min(this, brokers in the cluster).
+	OffsetsTopicReplicationFactor int
+	// MinSessionTimeout and MaxSessionTimeout bound a member's session
+	// timeout (group.min/max.session.timeout.ms).
+	MinSessionTimeout, MaxSessionTimeout time.Duration
+	// InitialRebalanceDelay is group.initial.rebalance.delay.ms.
+	InitialRebalanceDelay time.Duration
 }
 
 // Configuration errors. ValidateConfig wraps one of them with the offending
@@ -52,6 +70,7 @@ var (
 	ErrTiming        = errors.New("invalid timing")
 	ErrLagBelowRaft  = errors.New("replica lag time max must exceed the raft commit timeout")
 	ErrSessionTiming = errors.New("session timeout must exceed the heartbeat interval")
+	ErrGroupConfig   = errors.New("invalid group coordinator config")
 )
 
 // DefaultConfig returns the defaults for the timing fields.
@@ -63,6 +82,12 @@ func DefaultConfig() Config {
 		PreferredLeaderDelay:   5 * time.Second,
 		HeartbeatInterval:      time.Second,
 		SessionTimeout:         4 * time.Second,
+		Groups: GroupConfig{
+			OffsetsTopicPartitions:        6,
+			OffsetsTopicReplicationFactor: 3,
+			MinSessionTimeout:             500 * time.Millisecond,
+			MaxSessionTimeout:             30 * time.Minute,
+		},
 	}
 }
 
@@ -104,6 +129,15 @@ func ValidateConfig(c *Config) error {
 	}
 	if c.SessionTimeout <= c.HeartbeatInterval {
 		return fmt.Errorf("%w: session %v, heartbeat %v", ErrSessionTiming, c.SessionTimeout, c.HeartbeatInterval)
+	}
+	g := c.Groups
+	switch {
+	case g.OffsetsTopicPartitions <= 0 || g.OffsetsTopicReplicationFactor <= 0:
+		return fmt.Errorf("%w: offsets topic partitions %d, replication factor %d", ErrGroupConfig, g.OffsetsTopicPartitions, g.OffsetsTopicReplicationFactor)
+	case g.MinSessionTimeout <= 0 || g.MaxSessionTimeout < g.MinSessionTimeout:
+		return fmt.Errorf("%w: session timeouts min %v, max %v", ErrGroupConfig, g.MinSessionTimeout, g.MaxSessionTimeout)
+	case g.InitialRebalanceDelay < 0:
+		return fmt.Errorf("%w: initial rebalance delay %v", ErrGroupConfig, g.InitialRebalanceDelay)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -64,7 +64,8 @@ type Client struct {
 	conns  map[string]*grpc.ClientConn
 	closed bool
 
-	meta metadataCache
+	meta   metadataCache
+	coords coordinators
 	// refreshMu serialises metadata refreshes, so that callers that find the
 	// cache stale at the same time cause a single refresh.
 	refreshMu sync.Mutex

@@ -99,6 +99,13 @@ func gaveUp(op string, attempts int, ctxErr, last error) error {
 // failure or a retriable Kafka error, and starting over after a backoff
 // once all failed, until ctx ends.
 func (c *Client) anyBroker(ctx context.Context, op string, call func(context.Context, tapesv1.BrokerServiceClient) error) error {
+	return c.anyConn(ctx, op, func(ctx context.Context, cc *grpc.ClientConn) error {
+		return call(ctx, tapesv1.NewBrokerServiceClient(cc))
+	})
+}
+
+// anyConn is anyBroker for any service of the broker.
+func (c *Client) anyConn(ctx context.Context, op string, call func(context.Context, *grpc.ClientConn) error) error {
 	bo := c.newBackoff()
 	var last error
 	attempts := 0
@@ -111,7 +118,7 @@ func (c *Client) anyBroker(ctx context.Context, op string, call func(context.Con
 			}
 			attempts++
 			actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-			err = call(actx, tapesv1.NewBrokerServiceClient(cc))
+			err = call(actx, cc)
 			cancel()
 			if err == nil {
 				c.meta.setPreferred(addr)

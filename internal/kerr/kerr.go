@@ -43,6 +43,13 @@ const (
 	UnknownMemberID         Code = "UNKNOWN_MEMBER_ID"
 	RebalanceInProgress     Code = "REBALANCE_IN_PROGRESS"
 	MemberIDRequired        Code = "MEMBER_ID_REQUIRED"
+	// Consumer groups, continued.
+	CoordinatorLoadInProgress Code = "COORDINATOR_LOAD_IN_PROGRESS"
+	InvalidSessionTimeout     Code = "INVALID_SESSION_TIMEOUT"
+	InconsistentGroupProtocol Code = "INCONSISTENT_GROUP_PROTOCOL"
+	InvalidGroupID            Code = "INVALID_GROUP_ID"
+	GroupIDNotFound           Code = "GROUP_ID_NOT_FOUND"
+	NonEmptyGroup             Code = "NON_EMPTY_GROUP"
 	// Idempotent producer.
 	OutOfOrderSequenceNumber Code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
 	InvalidProducerEpoch     Code = "INVALID_PRODUCER_EPOCH"
@@ -62,6 +69,7 @@ var retriable = map[Code]bool{
 	KafkaStorageError:            true,
 	CoordinatorNotAvailable:      true,
 	NotCoordinator:               true,
+	CoordinatorLoadInProgress:    true,
 	UnknownTopicOrPartition:      true,
 	CorruptMessage:               true,
 }
@@ -73,21 +81,22 @@ func (c Code) Retriable() bool { return retriable[c] }
 // rely on it (they read the detail); it keeps generic gRPC tools meaningful.
 func (c Code) grpcCode() codes.Code {
 	switch c {
-	case UnknownTopicOrPartition, UnknownMemberID, UnknownProducerID:
+	case UnknownTopicOrPartition, UnknownMemberID, UnknownProducerID, GroupIDNotFound:
 		return codes.NotFound
 	case TopicAlreadyExists:
 		return codes.AlreadyExists
 	case OffsetOutOfRange:
 		return codes.OutOfRange
 	case RecordTooLarge, InvalidTopic, InvalidRequiredAcks, InvalidPartitions,
-		InvalidReplicationFactor, InvalidConfig, InvalidRequest, CorruptMessage, MemberIDRequired:
+		InvalidReplicationFactor, InvalidConfig, InvalidRequest, CorruptMessage, MemberIDRequired,
+		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID:
 		return codes.InvalidArgument
 	case RequestTimedOut:
 		return codes.DeadlineExceeded
-	case LeaderNotAvailable, BrokerNotAvailable, NotEnoughReplicas, CoordinatorNotAvailable:
+	case LeaderNotAvailable, BrokerNotAvailable, NotEnoughReplicas, CoordinatorNotAvailable, CoordinatorLoadInProgress:
 		return codes.Unavailable
 	case NotLeaderOrFollower, NotController, NotCoordinator, IllegalGeneration,
-		RebalanceInProgress, NotEnoughReplicasAfterAppend, OutOfOrderSequenceNumber, InvalidProducerEpoch:
+		RebalanceInProgress, NotEnoughReplicasAfterAppend, OutOfOrderSequenceNumber, InvalidProducerEpoch, NonEmptyGroup:
 		return codes.FailedPrecondition
 	}
 	return codes.Internal

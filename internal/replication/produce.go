@@ -46,6 +46,18 @@ func (r *Replica) notLeader(why string) error {
 		"broker %d %s for %s-%d (leader: %d)", r.cfg.LocalID, why, r.cfg.Topic, r.cfg.Partition, leader)
 }
 
+// ReadyTerm returns the term in which this replica is a ready leader (it
+// leads and has applied everything earlier terms committed), 0 when it is
+// not. It does not block.
+func (r *Replica) ReadyTerm() uint64 {
+	if r.closed.Load() {
+		return 0
+	}
+	r.lead.mu.Lock()
+	defer r.lead.mu.Unlock()
+	return r.lead.readyTerm
+}
+
 // readyTerm returns the term in which this replica is a ready leader, or a
 // NOT_LEADER_OR_FOLLOWER error.
 func (r *Replica) readyTerm() (uint64, error) {

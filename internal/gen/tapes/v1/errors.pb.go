@@ -39,8 +39,12 @@ type ErrorDetail struct {
 	// OFFSET_OUT_OF_RANGE: the partition's current bounds.
 	LogStartOffset int64 `protobuf:"varint,7,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
 	HighWatermark  int64 `protobuf:"varint,8,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// MEMBER_ID_REQUIRED: the member id to rejoin with.
+	MemberId string `protobuf:"bytes,9,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// NOT_COORDINATOR: the coordinator this broker knows (-1 if none).
+	CoordinatorId int32 `protobuf:"varint,10,opt,name=coordinator_id,json=coordinatorId,proto3" json:"coordinator_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ErrorDetail) Reset() {
@@ -129,11 +133,25 @@ func (x *ErrorDetail) GetHighWatermark() int64 {
 	return 0
 }
 
+func (x *ErrorDetail) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetCoordinatorId() int32 {
+	if x != nil {
+		return x.CoordinatorId
+	}
+	return 0
+}
+
 var File_tapes_v1_errors_proto protoreflect.FileDescriptor
 
 const file_tapes_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x15tapes/v1/errors.proto\x12\btapes.v1\"\x91\x02\n" +
+	"\x15tapes/v1/errors.proto\x12\btapes.v1\"\xd5\x02\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
@@ -142,7 +160,10 @@ const file_tapes_v1_errors_proto_rawDesc = "" +
 	"\x0eleader_address\x18\x05 \x01(\tR\rleaderAddress\x12!\n" +
 	"\fleader_epoch\x18\x06 \x01(\x03R\vleaderEpoch\x12(\n" +
 	"\x10log_start_offset\x18\a \x01(\x03R\x0elogStartOffset\x12%\n" +
-	"\x0ehigh_watermark\x18\b \x01(\x03R\rhighWatermarkB:Z8github.com/tapes-dev/tapes/internal/gen/tapes/v1;tapesv1b\x06proto3"
+	"\x0ehigh_watermark\x18\b \x01(\x03R\rhighWatermark\x12\x1b\n" +
+	"\tmember_id\x18\t \x01(\tR\bmemberId\x12%\n" +
+	"\x0ecoordinator_id\x18\n" +
+	" \x01(\x05R\rcoordinatorIdB:Z8github.com/tapes-dev/tapes/internal/gen/tapes/v1;tapesv1b\x06proto3"
 
 var (
 	file_tapes_v1_errors_proto_rawDescOnce sync.Once

@@ -1,0 +1,215 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/peer"
+
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/group"
+	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/replication"
+	"github.com/tapes-dev/tapes/internal/storage"
+)
+
+// offsetsTopicSegmentBytes is Kafka's offsets.topic.segment.bytes.
+const offsetsTopicSegmentBytes = 100 << 20
+
+// newCoordinator makes the broker's group coordinator over its replicas of
+// __consumer_offsets.
+func (b *Broker) newCoordinator() (*group.Coordinator, error) {
+	return group.New(group.Config{
+		BrokerID:              int32(b.cfg.ID),
+		Partitions:            b.offsetsPartitions,
+		Open:                  b.offsetsLog,
+		MinSessionTimeout:     b.cfg.Groups.MinSessionTimeout,
+		MaxSessionTimeout:     b.cfg.Groups.MaxSessionTimeout,
+		InitialRebalanceDelay: b.cfg.Groups.InitialRebalanceDelay,
+		Logger:                b.log.With("component", "coordinator"),
+	})
+}
+
+// offsetsPartitions is the partition count of __consumer_offsets, 0 while it
+// does not exist.
+func (b *Broker) offsetsPartitions() int32 {
+	var n int32
+	b.meta.View(func(s *metadata.State) {
+		if t := s.Topics[group.OffsetsTopic]; t != nil {
+			n = int32(len(t.Partitions))
+		}
+	})
+	return n
+}
+
+// offsetsLog returns this broker's replica of __consumer_offsets-p as a
+// group.Log, nil when it hosts none.
+func (b *Broker) offsetsLog(p int32) group.Log {
+	var id metadata.TopicID
+	b.meta.View(func(s *metadata.State) {
+		if t := s.Topics[group.OffsetsTopic]; t != nil {
+			id = t.ID
+		}
+	})
+	if r := b.replica(group.OffsetsTopic, id, p); r != nil {
+		return offsetsLog{r}
+	}
+	return nil
+}
+
+// offsetsLog adapts a replica of __consumer_offsets to group.Log.
+type offsetsLog struct{ r *replication.Replica }
+
+func (l offsetsLog) Term() uint64 { return l.r.ReadyTerm() }
+
+func (l offsetsLog) Append(ctx context.Context, recs []group.Record) error {
+	now := time.Now().UnixMilli()
+	srecs := make([]storage.Record, len(recs))
+	for i, r := range recs {
+		srecs[i] = storage.Record{Timestamp: now, Key: r.Key, Value: r.Value}
+	}
+	_, err := l.r.Produce(ctx, replication.AcksAll, storage.EncodeBatch(srecs))
+	return err
+}
+
+func (l offsetsLog) Read(ctx context.Context, offset int64) ([]group.Record, int64, int64, error) {
+	res, err := l.r.Fetch(ctx, offset, 1<<20, 0)
+	if ke, ok := kerr.As(err); ok && ke.Code() == kerr.OffsetOutOfRange && offset < ke.Detail.LogStartOffset {
+		res, err = l.r.Fetch(ctx, ke.Detail.LogStartOffset, 1<<20, 0)
+	}
+	if err != nil {
+		return nil, offset, 0, err
+	}
+	out := make([]group.Record, len(res.Records))
+	next := offset
+	for i, r := range res.Records {
+		out[i] = group.Record{Key: r.Key, Value: r.Value}
+		next = r.Offset + 1
+	}
+	return out, next, res.HighWatermark, nil
+}
+
+// ensureOffsetsTopic creates __consumer_offsets through the controller
+// (Kafka creates it on the first FindCoordinator). Several brokers may race
+// to create it: TOPIC_ALREADY_EXISTS is success.
+func (b *Broker) ensureOffsetsTopic(ctx context.Context) error {
+	rf := b.cfg.Groups.OffsetsTopicReplicationFactor
+	rf = min(rf, len(b.cfg.Peers))
+	spec := &tapesv1.TopicSpec{Name: group.OffsetsTopic, Partitions: b.cfg.Groups.OffsetsTopicPartitions, ReplicationFactor: int32(rf),
+		Configs: map[string]string{
+			metadata.ConfigRetentionMs:    "-1", // no compaction here: offsets are kept (see ARCHITECTURE.md)
+			metadata.ConfigRetentionBytes: "-1",
+			metadata.ConfigSegmentBytes:   strconv.Itoa(offsetsTopicSegmentBytes),
+		}}
+	err := (&api{b: b}).createTopic(ctx, spec, false)
+	if err != nil && !kerr.Is(err, kerr.TopicAlreadyExists) {
+		return err
+	}
+	return nil
+}
+
+// groupAPI serves tapes.v1.GroupService.
+type groupAPI struct {
+	tapesv1.UnimplementedGroupServiceServer
+	b *Broker
+}
+
+func (g *groupAPI) FindCoordinator(ctx context.Context, req *tapesv1.FindCoordinatorRequest) (*tapesv1.FindCoordinatorResponse, error) {
+	resp, err := g.findCoordinator(ctx, req.GroupId)
+	return resp, kerr.ToStatus(err)
+}
+
+func (g *groupAPI) findCoordinator(ctx context.Context, groupID string) (*tapesv1.FindCoordinatorResponse, error) {
+	if groupID == "" {
+		return nil, kerr.New(kerr.InvalidGroupID, "group id is empty")
+	}
+	b := g.b
+	if b.offsetsPartitions() == 0 {
+		if err := b.ensureOffsetsTopic(ctx); err != nil {
+			return nil, kerr.New(kerr.CoordinatorNotAvailable, "creating %s: %v", group.OffsetsTopic, err)
+		}
+	}
+	var (
+		ps metadata.PartitionState
+		id metadata.TopicID
+		p  int32
+	)
+	b.meta.View(func(s *metadata.State) {
+		if t := s.Topics[group.OffsetsTopic]; t != nil {
+			id = t.ID
+			p = group.PartitionFor(groupID, int32(len(t.Partitions)))
+			ps = t.Partitions[p]
+		}
+	})
+	leader, epoch := ps.Leader, ps.Epoch
+	if r := b.replica(group.OffsetsTopic, id, p); r != nil {
+		if l, term, ok := r.KnownLeader(); ok && term > epoch {
+			leader = l
+		}
+	}
+	if leader <= 0 || (leader != b.cfg.ID && !b.alive(leader)) {
+		return nil, kerr.New(kerr.CoordinatorNotAvailable, "%s-%d (group %s) has no live leader yet", group.OffsetsTopic, p, groupID)
+	}
+	return &tapesv1.FindCoordinatorResponse{NodeId: int32(leader), Address: b.brokerAddress(leader), Partition: p}, nil
+}
+
+func (g *groupAPI) JoinGroup(ctx context.Context, req *tapesv1.JoinGroupRequest) (*tapesv1.JoinGroupResponse, error) {
+	host := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		host = p.Addr.String()
+	}
+	resp, err := g.b.groups.JoinGroup(ctx, req, host)
+	return resp, kerr.ToStatus(err)
+}
+
+func (g *groupAPI) SyncGroup(ctx context.Context, req *tapesv1.SyncGroupRequest) (*tapesv1.SyncGroupResponse, error) {
+	resp, err := g.b.groups.SyncGroup(ctx, req)
+	return resp, kerr.ToStatus(err)
+}
+
+func (g *groupAPI) Heartbeat(ctx context.Context, req *tapesv1.HeartbeatRequest) (*tapesv1.HeartbeatResponse, error) {
+	if err := g.b.groups.Heartbeat(ctx, req); err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	return &tapesv1.HeartbeatResponse{}, nil
+}
+
+func (g *groupAPI) LeaveGroup(ctx context.Context, req *tapesv1.LeaveGroupRequest) (*tapesv1.LeaveGroupResponse, error) {
+	if err := g.b.groups.LeaveGroup(ctx, req); err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	return &tapesv1.LeaveGroupResponse{}, nil
+}
+
+func (g *groupAPI) OffsetCommit(ctx context.Context, req *tapesv1.OffsetCommitRequest) (*tapesv1.OffsetCommitResponse, error) {
+	if err := g.b.groups.OffsetCommit(ctx, req); err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	return &tapesv1.OffsetCommitResponse{}, nil
+}
+
+func (g *groupAPI) OffsetFetch(ctx context.Context, req *tapesv1.OffsetFetchRequest) (*tapesv1.OffsetFetchResponse, error) {
+	resp, err := g.b.groups.OffsetFetch(ctx, req)
+	return resp, kerr.ToStatus(err)
+}
+
+// DescribeGroups describes groups this broker coordinates; a group it does
+// not is NOT_COORDINATOR (clients ask each group's coordinator).
+func (g *groupAPI) DescribeGroups(ctx context.Context, req *tapesv1.DescribeGroupsRequest) (*tapesv1.DescribeGroupsResponse, error) {
+	resp := &tapesv1.DescribeGroupsResponse{}
+	for _, id := range req.GroupIds {
+		d, err := g.b.groups.DescribeGroup(ctx, id)
+		if err != nil {
+			return nil, kerr.ToStatus(fmt.Errorf("describe group %s: %w", id, err))
+		}
+		resp.Groups = append(resp.Groups, d)
+	}
+	return resp, nil
+}
+
+func (g *groupAPI) ListGroups(ctx context.Context, _ *tapesv1.ListGroupsRequest) (*tapesv1.ListGroupsResponse, error) {
+	return &tapesv1.ListGroupsResponse{Groups: g.b.groups.ListGroups()}, nil
+}

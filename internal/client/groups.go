@@ -1,0 +1,245 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/kerr"
+)
+
+// coordinators caches the coordinator address of each group.
+type coordinators struct {
+	mu   sync.Mutex
+	addr map[string]string
+}
+
+func (cs *coordinators) get(group string) (string, bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	a, ok := cs.addr[group]
+	return a, ok
+}
+
+func (cs *coordinators) set(group, addr string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.addr == nil {
+		cs.addr = map[string]string{}
+	}
+	cs.addr[group] = addr
+}
+
+func (cs *coordinators) forget(group string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	delete(cs.addr, group)
+}
+
+// coordinatorMoved reports whether err means "ask FindCoordinator again".
+func coordinatorMoved(err error) bool {
+	switch kerr.CodeOf(err) {
+	case kerr.NotCoordinator, kerr.CoordinatorNotAvailable, kerr.CoordinatorLoadInProgress:
+		return true
+	case "":
+		return isTransport(err)
+	}
+	return false
+}
+
+// FindCoordinator asks any broker which broker coordinates group; the
+// first call for a cluster creates __consumer_offsets. Retries until ctx
+// ends while no coordinator is available.
+func (c *Client) FindCoordinator(ctx context.Context, group string) (*tapesv1.FindCoordinatorResponse, error) {
+	var resp *tapesv1.FindCoordinatorResponse
+	err := c.anyConn(ctx, "find coordinator of group "+group, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = tapesv1.NewGroupServiceClient(cc).FindCoordinator(ctx, &tapesv1.FindCoordinatorRequest{GroupId: group})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.coords.set(group, resp.Address)
+	return resp, nil
+}
+
+// coordinatorCall runs call against group's coordinator, finding it first
+// (cached), until it succeeds, fails with an error that is not about the
+// coordinator's whereabouts, or ctx ends. extra lengthens the per-attempt
+// deadline (JoinGroup and SyncGroup wait for the rebalance).
+func (c *Client) coordinatorCall(ctx context.Context, op, group string, extra time.Duration, call func(context.Context, tapesv1.GroupServiceClient) error) error {
+	op = fmt.Sprintf("%s (group %s)", op, group)
+	bo := c.newBackoff()
+	var last error
+	for attempt := 1; ; attempt++ {
+		addr, ok := c.coords.get(group)
+		var err error
+		if !ok {
+			var resp *tapesv1.FindCoordinatorResponse
+			if resp, err = c.FindCoordinator(ctx, group); err == nil {
+				addr = resp.Address
+			}
+		}
+		if err == nil {
+			cc, cerr := c.conn(addr)
+			if cerr != nil {
+				return fmt.Errorf("%s: %w", op, cerr)
+			}
+			actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout+extra)
+			err = call(actx, tapesv1.NewGroupServiceClient(cc))
+			cancel()
+			if err == nil {
+				return nil
+			}
+			err = c.convert(err)
+		}
+		if ctx.Err() != nil {
+			if kerr.CodeOf(err) != "" || last == nil {
+				last = err
+			}
+			return gaveUp(op, attempt, ctx.Err(), last)
+		}
+		if errors.Is(err, ErrClosed) || !coordinatorMoved(err) {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		c.log.Debug("coordinator unavailable, retrying", "op", op, "coordinator", addr, "err", err)
+		c.coords.forget(group)
+		last = err
+		if err := bo.wait(ctx); err != nil {
+			return gaveUp(op, attempt, err, last)
+		}
+	}
+}
+
+// JoinGroup sends a JoinGroup to the group's coordinator. It blocks until
+// the rebalance completes (up to the request's rebalance timeout beyond the
+// request timeout). MEMBER_ID_REQUIRED comes back as an error whose detail
+// holds the member id.
+func (c *Client) JoinGroup(ctx context.Context, req *tapesv1.JoinGroupRequest) (*tapesv1.JoinGroupResponse, error) {
+	var resp *tapesv1.JoinGroupResponse
+	err := c.coordinatorCall(ctx, "join", req.GroupId, time.Duration(req.RebalanceTimeoutMs)*time.Millisecond, func(ctx context.Context, gc tapesv1.GroupServiceClient) (err error) {
+		resp, err = gc.JoinGroup(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// SyncGroup sends a SyncGroup; wait bounds how long a follower waits for
+// the leader's assignment beyond the request timeout.
+func (c *Client) SyncGroup(ctx context.Context, req *tapesv1.SyncGroupRequest, wait time.Duration) ([]*tapesv1.TopicPartitions, error) {
+	var resp *tapesv1.SyncGroupResponse
+	err := c.coordinatorCall(ctx, "sync", req.GroupId, wait, func(ctx context.Context, gc tapesv1.GroupServiceClient) (err error) {
+		resp, err = gc.SyncGroup(ctx, req)
+		return err
+	})
+	return resp.GetAssignment(), err
+}
+
+// Heartbeat sends one heartbeat.
+func (c *Client) Heartbeat(ctx context.Context, req *tapesv1.HeartbeatRequest) error {
+	return c.coordinatorCall(ctx, "heartbeat", req.GroupId, 0, func(ctx context.Context, gc tapesv1.GroupServiceClient) error {
+		_, err := gc.Heartbeat(ctx, req)
+		return err
+	})
+}
+
+// LeaveGroup removes a member from its group.
+func (c *Client) LeaveGroup(ctx context.Context, group, member string) error {
+	return c.coordinatorCall(ctx, "leave", group, 0, func(ctx context.Context, gc tapesv1.GroupServiceClient) error {
+		_, err := gc.LeaveGroup(ctx, &tapesv1.LeaveGroupRequest{GroupId: group, MemberId: member})
+		return err
+	})
+}
+
+// OffsetCommit commits offsets for a group member (generation -1 and no
+// member id: an admin commit into an empty group).
+func (c *Client) OffsetCommit(ctx context.Context, req *tapesv1.OffsetCommitRequest) error {
+	return c.coordinatorCall(ctx, "commit offsets", req.GroupId, 0, func(ctx context.Context, gc tapesv1.GroupServiceClient) error {
+		_, err := gc.OffsetCommit(ctx, req)
+		return err
+	})
+}
+
+// OffsetFetch returns a group's committed offsets (all of them when
+// partitions is empty; -1 where nothing is committed).
+func (c *Client) OffsetFetch(ctx context.Context, group string, partitions []*tapesv1.TopicPartitions) ([]*tapesv1.CommittedOffset, error) {
+	var resp *tapesv1.OffsetFetchResponse
+	err := c.coordinatorCall(ctx, "fetch offsets", group, 0, func(ctx context.Context, gc tapesv1.GroupServiceClient) (err error) {
+		resp, err = gc.OffsetFetch(ctx, &tapesv1.OffsetFetchRequest{GroupId: group, Partitions: partitions})
+		return err
+	})
+	return resp.GetOffsets(), err
+}
+
+// DescribeGroup describes one group (state "Dead" when it does not exist).
+func (c *Client) DescribeGroup(ctx context.Context, group string) (*tapesv1.GroupDescription, error) {
+	var resp *tapesv1.DescribeGroupsResponse
+	err := c.coordinatorCall(ctx, "describe", group, 0, func(ctx context.Context, gc tapesv1.GroupServiceClient) (err error) {
+		resp, err = gc.DescribeGroups(ctx, &tapesv1.DescribeGroupsRequest{GroupIds: []string{group}})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Groups) != 1 {
+		return nil, fmt.Errorf("describe group %s: %d answers", group, len(resp.Groups))
+	}
+	return resp.Groups[0], nil
+}
+
+// ListGroups asks every live broker for the groups it coordinates. A broker
+// that does not answer is reported in the error, with the groups the others
+// listed.
+func (c *Client) ListGroups(ctx context.Context) ([]*tapesv1.ListedGroup, error) {
+	md, err := c.Metadata(ctx, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		mu   sync.Mutex
+		out  []*tapesv1.ListedGroup
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for _, b := range md.Brokers {
+		if !b.Alive {
+			continue
+		}
+		wg.Add(1)
+		go func(b *tapesv1.BrokerInfo) {
+			defer wg.Done()
+			cc, err := c.conn(b.Address)
+			var resp *tapesv1.ListGroupsResponse
+			if err == nil {
+				actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+				resp, err = tapesv1.NewGroupServiceClient(cc).ListGroups(actx, &tapesv1.ListGroupsRequest{})
+				cancel()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("list groups on broker %d: %w", b.Id, c.convert(err)))
+				return
+			}
+			out = append(out, resp.Groups...)
+		}(b)
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return out[i].GroupId < out[j].GroupId })
+	return out, errors.Join(errs...)
+}
+
+// MemberIDFrom returns the member id a MEMBER_ID_REQUIRED error carries.
+func MemberIDFrom(err error) (string, bool) {
+	ke, ok := kerr.As(err)
+	if !ok || ke.Code() != kerr.MemberIDRequired || ke.Detail.MemberId == "" {
+		return "", false
+	}
+	return ke.Detail.MemberId, true
+}

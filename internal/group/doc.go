@@ -1,0 +1,24 @@
+// Package group owns the consumer group coordinator that runs inside every
+// broker: Kafka's classic group membership protocol (JoinGroup, SyncGroup,
+// Heartbeat, LeaveGroup with member ids, generations and rebalances) and
+// committed offsets (OffsetCommit fenced by generation, OffsetFetch), with
+// their state kept in the internal topic __consumer_offsets.
+//
+// The coordinator of group G is the leader of partition
+// PartitionFor(G, N) of __consumer_offsets. A broker's [Coordinator] serves
+// the groups of every such partition it leads: when it becomes a partition's
+// ready leader (a new Raft term), it rebuilds that partition's groups and
+// offsets by reading the partition from its log start (the latest record
+// of each key wins, see records.go); when it stops leading, it drops them
+// and answers NOT_COORDINATOR, and members find the next coordinator. Every
+// write (an offset commit, a generation's assignment, a group becoming
+// empty) is appended with acks=all and applied to the in-memory state only
+// once committed, so what a member was told survives the coordinator's
+// crash.
+//
+// The assignment itself is computed by the group's leader member (package
+// assign); the coordinator only carries subscriptions and assignments.
+// Session timeouts, rebalance timeouts and the initial rebalance delay are
+// driven by one ticker per Coordinator; the time comes from Config.Now so
+// tests can drive it.
+package group

@@ -1,0 +1,89 @@
+package group
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+)
+
+// Record is one record of a __consumer_offsets partition.
+//
+// The key is a small JSON object naming what the record is about, so that
+// `cluster consume __consumer_offsets` is readable:
+//
+//	{"kind":"offset","group":"G","topic":"T","partition":P}  value: OffsetValue
+//	{"kind":"group","group":"G"}                             value: GroupValue
+//
+// Values are protobuf messages in their JSON form. When a coordinator
+// rebuilds a partition, the latest record of each key wins, except that a
+// group record of an older generation never replaces a newer one (two
+// writes of one group may commit out of order).
+type Record struct {
+	Key   []byte
+	Value []byte
+}
+
+const (
+	kindOffset = "offset"
+	kindGroup  = "group"
+)
+
+type recordKey struct {
+	Kind      string `json:"kind"`
+	Group     string `json:"group"`
+	Topic     string `json:"topic,omitempty"`
+	Partition int32  `json:"partition"`
+}
+
+func offsetRecord(group, topic string, partition int32, v *tapesv1.OffsetValue) Record {
+	return encodeRecord(recordKey{Kind: kindOffset, Group: group, Topic: topic, Partition: partition}, v)
+}
+
+func groupRecord(group string, v *tapesv1.GroupValue) Record {
+	return encodeRecord(recordKey{Kind: kindGroup, Group: group}, v)
+}
+
+func encodeRecord(k recordKey, v proto.Message) Record {
+	kb, err := json.Marshal(k)
+	if err != nil {
+		panic(fmt.Sprintf("group: encode key: %v", err)) // plain struct: cannot fail
+	}
+	vb, err := protojson.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("group: encode value: %v", err))
+	}
+	return Record{Key: kb, Value: vb}
+}
+
+// decoded is one decoded record: exactly one of offset and group is set.
+type decoded struct {
+	key    recordKey
+	offset *tapesv1.OffsetValue
+	group  *tapesv1.GroupValue
+}
+
+func decodeRecord(r Record) (decoded, error) {
+	var d decoded
+	if err := json.Unmarshal(r.Key, &d.key); err != nil {
+		return d, fmt.Errorf("record key %q: %w", r.Key, err)
+	}
+	var m proto.Message
+	switch d.key.Kind {
+	case kindOffset:
+		d.offset = &tapesv1.OffsetValue{}
+		m = d.offset
+	case kindGroup:
+		d.group = &tapesv1.GroupValue{}
+		m = d.group
+	default:
+		return d, fmt.Errorf("record key %q: unknown kind %q", r.Key, d.key.Kind)
+	}
+	if err := protojson.Unmarshal(r.Value, m); err != nil {
+		return d, fmt.Errorf("record %q: value: %w", r.Key, err)
+	}
+	return d, nil
+}
