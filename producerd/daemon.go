@@ -50,11 +50,13 @@ const daemonAbout = `Writes records to a topic until --count records or --durati
 --rate records per second, then prints a summary: records sent, acknowledged, failed (by Kafka
 error name), retried, and duplicates avoided. A progress line is printed every --progress.
 
-Every record carries the headers event_id (unique; the same in every retry) and schema_version,
-a timestamp, a --value-size byte value that starts with its event_id and, with --keys on, a key
-key-0 ... key-(K-1) (--key-space K; --hot-key-share F sends that share of records to key-0, to
-load one partition). Keyed records go to the partition Kafka's murmur2 partitioner picks for the
-key; keyless records use the sticky partitioner.
+Every record carries the headers event_id (unique; the same in every retry), schema_version and
+entity, a timestamp and a --value-size byte value that starts with its event_id. entity is the
+record's logical key, key-0 ... key-(K-1) (--key-space K; --hot-key-share F sends that share of
+records to key-0, to load one partition); with --keys on it is also the record's key, with
+--keys off the record has no key but keeps its entity, so that consumers can still check the
+order of each entity's records. Keyed records go to the partition Kafka's murmur2 partitioner
+picks for the key; keyless records use the sticky partitioner.
 
 Records are batched per partition (--linger, --batch-bytes), up to --max-in-flight requests per
 partition are in flight, and failures Kafka retries are retried with backoff (--retries,
@@ -84,8 +86,8 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 	fs.Int64Var(&o.count, "count", 0, "stop after this many records (0: no limit)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long, e.g. 30s (0: no limit)")
 	fs.StringVar(&o.rateStr, "rate", "1000/s", "target records per second, e.g. 500/s (0: as fast as possible)")
-	fs.StringVar(&o.keys, "keys", "on", "on: every record has a key from the key space; off: keyless records (sticky partitioner)")
-	fs.IntVar(&o.keySpace, "key-space", 100, "number of distinct keys (key-0 ... key-(K-1)) with --keys on")
+	fs.StringVar(&o.keys, "keys", "on", "on: every record's key is its entity (header entity, from the key space); off: keyless records (sticky partitioner) that keep their entity header")
+	fs.IntVar(&o.keySpace, "key-space", 100, "number of distinct entities key-0 ... key-(K-1), the records' keys with --keys on")
 	fs.Float64Var(&o.hotShare, "hot-key-share", 0, "share of records, 0 to 1, that use the hot key key-0 (skews one partition)")
 	fs.IntVar(&o.valueSize, "value-size", 100, "bytes in each record's value")
 	o.sendOpts.addFlags(fs)
@@ -359,10 +361,7 @@ func (d *daemon) checkRecordSize() error {
 	if o.count > 0 {
 		n = o.count - 1
 	}
-	rec := d.record(n, rand.New(rand.NewPCG(1, 1)))
-	if o.keys == "on" {
-		rec.Key = []byte("key-" + strconv.Itoa(o.keySpace-1))
-	}
+	rec := d.makeRecord(n, o.keySpace-1) // the longest event id, entity and key
 	size := producer.SingleRecordBatchSize(&tapesv1.Record{TimestampMs: time.Now().UnixMilli(), Key: rec.Key, Value: rec.Value, Headers: rec.Headers})
 	if max := d.prod.MaxMessageBytes(); int64(size) > max {
 		return &inputError{kerr.New(kerr.RecordTooLarge, "--value-size %d makes records of up to %d bytes (key and headers included), more than max.message.bytes=%d of topic %q",
@@ -371,17 +370,25 @@ func (d *daemon) checkRecordSize() error {
 	return nil
 }
 
-// record makes record number n.
+// record makes record number n, its entity drawn from the key space.
 func (d *daemon) record(n int64, rng *rand.Rand) *producer.Record {
 	o := d.o
+	k := 0
+	if o.hotShare == 0 || rng.Float64() >= o.hotShare {
+		k = rng.IntN(o.keySpace)
+	}
+	return d.makeRecord(n, k)
+}
+
+// makeRecord makes record number n for entity key-k: the entity header
+// always, and the Kafka key too with --keys on.
+func (d *daemon) makeRecord(n int64, k int) *producer.Record {
+	o := d.o
 	id := d.idPrefix + strconv.FormatInt(n, 10)
+	entity := []byte("key-" + strconv.Itoa(k))
 	var key []byte
 	if o.keys == "on" {
-		k := 0
-		if o.hotShare == 0 || rng.Float64() >= o.hotShare {
-			k = rng.IntN(o.keySpace)
-		}
-		key = []byte("key-" + strconv.Itoa(k))
+		key = entity
 	}
 	value := make([]byte, o.valueSize)
 	c := copy(value, id)
@@ -393,6 +400,7 @@ func (d *daemon) record(n int64, rng *rand.Rand) *producer.Record {
 		Headers: []*tapesv1.Header{
 			{Key: producer.EventIDHeader, Value: []byte(id)},
 			{Key: producer.SchemaVersionHeader, Value: []byte("1")},
+			{Key: producer.EntityHeader, Value: entity},
 		},
 	}
 }

@@ -206,11 +206,14 @@ func (h *History) Close() error {
 	return h.err
 }
 
-// EventIDHeader and SchemaVersionHeader are the headers producerd puts on
-// every record.
+// EventIDHeader, SchemaVersionHeader and EntityHeader are the headers
+// producerd puts on every record. The entity header holds the record's
+// logical key (key-K): its Kafka key with --keys on, and still present with
+// --keys off, when the record has no key.
 const (
 	EventIDHeader       = "event_id"
 	SchemaVersionHeader = "schema_version"
+	EntityHeader        = "entity"
 )
 
 func eventID(r *Record) []byte {
