@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/consumer"
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/producer"
+	"github.com/tapes-dev/tapes/internal/sink"
+)
+
+// daemon is one running consumerd.
+type daemon struct {
+	o    *options
+	log  *slog.Logger
+	out  io.Writer
+	cl   *client.Client
+	cons *consumer.Consumer
+	sink *sink.Sink
+	hist *consumer.HistoryWriter
+
+	// stopReq is closed by the control endpoint's Stop; finished when the
+	// loop has left the group and flushed everything.
+	stopReq  chan struct{}
+	stopOnce sync.Once
+	finished chan struct{}
+
+	mu sync.Mutex
+	// Counters and state for Status (the loop writes, the control
+	// endpoint reads).
+	processed, skipped, commits, commitsFailed, rebalances int64
+	committed                                              map[int32]int64
+	stopping                                               bool
+	final                                                  *tapesv1.ConsumerStatusResponse
+}
+
+func newDaemon(o *options, cl *client.Client, logger *slog.Logger, out io.Writer) (*daemon, error) {
+	d := &daemon{o: o, log: logger, out: out, cl: cl, stopReq: make(chan struct{}), finished: make(chan struct{}), committed: map[int32]int64{}}
+	var err error
+	if o.historyPath != "" {
+		if d.hist, err = consumer.CreateHistory(o.historyPath); err != nil {
+			return nil, err
+		}
+	}
+	if o.sinkPath != "" {
+		if d.sink, err = sink.Open(o.sinkPath, sink.Options{Idempotent: o.idempotentSink}); err != nil {
+			d.hist.Close()
+			return nil, fmt.Errorf("--sink %s: %w", o.sinkPath, err)
+		}
+	}
+	d.cons, err = consumer.New(consumer.Config{Client: cl, Group: o.group, Topic: o.topic, ClientID: o.name, Assignor: o.assignor,
+		SessionTimeout: o.sessionTimeout, HeartbeatInterval: o.heartbeatInterval, MaxPollInterval: o.maxPollInterval,
+		From: o.from, Listener: d, Logger: logger})
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *daemon) close() {
+	if d.sink != nil {
+		d.sink.Close()
+	}
+	d.hist.Close()
+}
+
+// run serves the control endpoint and runs the loop until ctx ends, Stop
+// is requested, or a crash.
+func (d *daemon) run(ctx context.Context) error {
+	defer d.close()
+	if d.o.controlListen != "" {
+		lis, err := net.Listen("tcp", d.o.controlListen)
+		if err != nil {
+			d.cons.Abandon()
+			return usagef("--control-listen %s: %v", d.o.controlListen, err)
+		}
+		srv := grpc.NewServer()
+		tapesv1.RegisterConsumerControlServiceServer(srv, &controlServer{d: d})
+		go srv.Serve(lis)
+		defer srv.Stop()
+		fmt.Fprintf(d.out, "%s: control endpoint %s\n", d.o.name, lis.Addr())
+		d.log.Info("control endpoint", "address", lis.Addr().String())
+	}
+	d.log.Info("consuming", "group", d.o.group, "topic", d.o.topic, "assignor", d.o.assignor, "commit", d.o.commit,
+		"records_per_poll", d.o.recordsPerPoll, "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink)
+	err := d.loop(ctx)
+	d.mu.Lock()
+	d.stopping = true
+	d.mu.Unlock()
+	cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if cerr := d.cons.Close(cctx); cerr != nil {
+		d.log.Warn("leaving the group", "err", cerr)
+	}
+	st := d.status()
+	st.State = "stopped"
+	d.mu.Lock()
+	d.final = st
+	d.mu.Unlock()
+	fmt.Fprintf(d.out, "%s: stopped: processed %d records, %d commits (%d failed), %d rebalances\n", d.o.name, st.Processed, st.Commits, st.CommitsFailed, st.Rebalances)
+	close(d.finished)
+	return err
+}
+
+// loop is the application's poll loop.
+func (d *daemon) loop(ctx context.Context) error {
+	lastAuto := time.Now()
+	lastProgress := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.stopReq:
+			return nil
+		default:
+		}
+		if d.o.commit == "auto" && time.Since(lastAuto) >= d.o.autoCommitInterval {
+			// The Java client commits, at poll, the positions of what the
+			// previous polls returned.
+			lastAuto = time.Now()
+			d.commit(ctx, d.cons.Positions())
+		}
+		recs, err := d.cons.Poll(ctx, d.o.recordsPerPoll, 200*time.Millisecond)
+		if err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, consumer.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		if time.Since(lastProgress) >= 5*time.Second {
+			lastProgress = time.Now()
+			member, gen := d.cons.Membership()
+			d.mu.Lock()
+			n := d.processed
+			d.mu.Unlock()
+			fmt.Fprintf(d.out, "%s: processed %d, generation %d, member %s, partitions %v\n", d.o.name, n, gen, member, partitionsOf(d.cons.Assigned()))
+		}
+		if len(recs) == 0 {
+			continue
+		}
+		if d.o.commit == "before" {
+			d.commit(ctx, d.cons.Positions())
+		}
+		_, gen := d.cons.Membership()
+		for _, r := range recs {
+			if d.o.processTime > 0 {
+				time.Sleep(d.o.processTime)
+			}
+			if err := d.process(ctx, gen, r); err != nil {
+				return err
+			}
+			d.mu.Lock()
+			d.processed++
+			n := d.processed
+			d.mu.Unlock()
+			if d.o.crashAfter > 0 && n >= d.o.crashAfter {
+				d.crash(fmt.Sprintf("--crash-after-records %d reached", d.o.crashAfter))
+			}
+		}
+		if d.o.commit == "after" {
+			d.commit(ctx, d.cons.Positions())
+		}
+	}
+}
+
+// process applies one record's effect and writes its history line.
+func (d *daemon) process(ctx context.Context, gen int32, r consumer.Record) error {
+	eventID, entity := "", ""
+	for _, h := range r.Headers {
+		switch h.Key {
+		case producer.EventIDHeader:
+			eventID = string(h.Value)
+		case producer.EntityHeader:
+			entity = string(h.Value)
+		}
+	}
+	var key *string
+	if r.Key != nil {
+		k := string(r.Key)
+		key, entity = &k, k
+	}
+	if d.sink != nil {
+		applied, err := d.sink.Apply(ctx, sink.Effect{Consumer: d.o.name, Generation: gen, Topic: r.Topic, Partition: r.Partition,
+			Offset: r.Offset, EventID: eventID, Key: entity, Value: r.Value})
+		if err != nil {
+			return fmt.Errorf("sink: %w", err)
+		}
+		if !applied {
+			d.mu.Lock()
+			d.skipped++
+			d.mu.Unlock()
+		}
+	}
+	p, off, v := r.Partition, r.Offset, string(r.Value)
+	return d.hist.Write(consumer.HistoryLine{Type: consumer.HistoryRecord, Consumer: d.o.name, Generation: gen, Topic: r.Topic,
+		Partition: &p, Offset: &off, EventID: &eventID, Key: key, Value: &v})
+}
+
+// commit commits offsets and records the attempt.
+func (d *daemon) commit(ctx context.Context, offsets map[consumer.TopicPartition]int64) {
+	if len(offsets) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := d.cons.Commit(cctx, offsets)
+	cancel()
+	_, gen := d.cons.Membership()
+	line := consumer.HistoryLine{Type: consumer.HistoryCommit, Consumer: d.o.name, Generation: gen, Topic: d.o.topic, Offsets: consumer.Offsets{}, Status: "ok"}
+	for tp, o := range offsets {
+		line.Offsets[tp.Partition] = o
+	}
+	d.mu.Lock()
+	d.commits++
+	if err != nil {
+		d.commitsFailed++
+		line.Status, line.Error = "error", string(kerr.CodeOf(err))
+		if line.Error == "" {
+			line.Error = string(kerr.UnknownServerError)
+		}
+	} else {
+		for tp, o := range offsets {
+			d.committed[tp.Partition] = o
+		}
+	}
+	d.mu.Unlock()
+	if err != nil {
+		d.log.Warn("commit failed", "offsets", fmt.Sprint(line.Offsets), "err", err)
+	}
+	if herr := d.hist.Write(line); herr != nil {
+		d.log.Error("history", "err", herr)
+	}
+}
+
+// crash exits at once: no commit, no LeaveGroup. The history is written
+// line by line, so nothing processed is missing from it.
+func (d *daemon) crash(why string) {
+	d.log.Warn("crashing on purpose", "why", why)
+	fmt.Fprintf(d.out, "%s: crashed (%s)\n", d.o.name, why)
+	os.Exit(exitCrashed)
+}
+
+// requestStop asks the loop to stop cleanly.
+func (d *daemon) requestStop() { d.stopOnce.Do(func() { close(d.stopReq) }) }
+
+// Revoked commits what was processed of the partitions going away (all
+// records Poll returned were processed before Poll was called again).
+func (d *daemon) Revoked(ctx context.Context, gen int32, tps []consumer.TopicPartition) {
+	d.mu.Lock()
+	d.rebalances++
+	d.mu.Unlock()
+	pos := d.cons.Positions()
+	offsets := map[consumer.TopicPartition]int64{}
+	for _, tp := range tps {
+		if o, ok := pos[tp]; ok {
+			offsets[tp] = o
+		}
+	}
+	d.commit(ctx, offsets)
+	d.assignmentLine(consumer.HistoryRevoked, gen, tps, nil)
+	d.log.Info("partitions revoked", "generation", gen, "partitions", fmt.Sprint(partitionsOf(tps)))
+}
+
+func (d *daemon) Assigned(_ context.Context, gen int32, tps []consumer.TopicPartition) {
+	d.assignmentLine(consumer.HistoryAssigned, gen, tps, nil)
+	d.log.Info("partitions assigned", "generation", gen, "partitions", fmt.Sprint(partitionsOf(tps)), "now_owned", fmt.Sprint(partitionsOf(d.cons.Assigned())))
+}
+
+func (d *daemon) Lost(_ context.Context, gen int32, tps []consumer.TopicPartition, why error) {
+	d.mu.Lock()
+	d.rebalances++
+	d.mu.Unlock()
+	d.assignmentLine(consumer.HistoryLost, gen, tps, why)
+	d.log.Warn("partitions lost (fenced): not committing them", "generation", gen, "partitions", fmt.Sprint(partitionsOf(tps)), "why", why)
+}
+
+func (d *daemon) Gap(tp consumer.TopicPartition, from, to, resumeAt int64) {
+	_, gen := d.cons.Membership()
+	p := tp.Partition
+	if err := d.hist.Write(consumer.HistoryLine{Type: consumer.HistoryGap, Consumer: d.o.name, Generation: gen, Topic: tp.Topic,
+		Partition: &p, From: &from, To: &to, ResumeAt: &resumeAt}); err != nil {
+		d.log.Error("history", "err", err)
+	}
+	fmt.Fprintf(d.out, "%s: %s-%d: offsets %d..%d were deleted by retention before this group read them; continuing at %d\n",
+		d.o.name, tp.Topic, tp.Partition, from, to-1, resumeAt)
+	d.log.Warn("offsets lost to retention", "partition", tp.Partition, "from", from, "to", to, "resume_at", resumeAt)
+}
+
+func (d *daemon) assignmentLine(typ string, gen int32, tps []consumer.TopicPartition, why error) {
+	line := consumer.HistoryLine{Type: typ, Consumer: d.o.name, Generation: gen, Topic: d.o.topic, Partitions: partitionsOf(tps)}
+	if line.Partitions == nil {
+		line.Partitions = []int32{}
+	}
+	if why != nil {
+		line.Error = why.Error()
+	}
+	if err := d.hist.Write(line); err != nil {
+		d.log.Error("history", "err", err)
+	}
+}
+
+func partitionsOf(tps []consumer.TopicPartition) []int32 {
+	var out []int32
+	for _, tp := range tps {
+		out = append(out, tp.Partition)
+	}
+	return out
+}
+
+// status is the daemon's current status.
+func (d *daemon) status() *tapesv1.ConsumerStatusResponse {
+	member, gen := d.cons.Membership()
+	state, paused := d.cons.State()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if state == "stable" {
+		state = "running"
+	}
+	if paused {
+		state = "paused"
+	}
+	if d.stopping {
+		state = "stopping"
+	}
+	st := &tapesv1.ConsumerStatusResponse{Name: d.o.name, Group: d.o.group, Topic: d.o.topic, MemberId: member, Generation: gen,
+		State: state, Assignor: d.o.assignor, Commit: d.o.commit, IdempotentSink: d.o.idempotentSink,
+		Processed: d.processed, SkippedDuplicates: d.skipped, Commits: d.commits, CommitsFailed: d.commitsFailed,
+		Rebalances: d.rebalances, RecordsPerPoll: int32(d.o.recordsPerPoll)}
+	for _, p := range d.cons.AssignedSnapshot() {
+		c, ok := d.committed[p.Partition]
+		if !ok {
+			c = -1
+		}
+		st.Partitions = append(st.Partitions, &tapesv1.ConsumerPartition{Partition: p.Partition, Position: p.Position, Committed: c})
+	}
+	return st
+}

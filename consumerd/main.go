@@ -1,0 +1,184 @@
+// Command consumerd is a consumer group member: it polls records of one
+// topic, applies each one's effect to a SQLite sink, commits offsets
+// before or after processing (or on a timer), and writes a history of
+// everything it did. It is driven through a gRPC control endpoint (status,
+// pause, resume, crash, stop) by the launcher, chaos and the dashboard.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/tapes-dev/tapes/internal/assign"
+	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/clusterfile"
+)
+
+// Exit codes.
+const (
+	exitFailed = 1
+	exitUsage  = 2
+	// exitCrashed: the process exited on purpose, mid-batch (crash from the
+	// control endpoint or --crash-after-records).
+	exitCrashed = 3
+)
+
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.As(err, &ue):
+		fmt.Fprintf(os.Stderr, "consumerd: %v (see --help)\n", err)
+		os.Exit(exitUsage)
+	}
+	fmt.Fprintf(os.Stderr, "consumerd: %v\n", err)
+	os.Exit(exitFailed)
+}
+
+// options are consumerd's flags.
+type options struct {
+	bootstrap, dir     string
+	group, topic, name string
+	assignor           string
+	recordsPerPoll     int
+	commit             string
+	autoCommitInterval time.Duration
+	processTime        time.Duration
+	sinkPath           string
+	idempotentSink     bool
+	from               string
+	historyPath        string
+	crashAfter         int64
+	controlListen      string
+	sessionTimeout     time.Duration
+	heartbeatInterval  time.Duration
+	maxPollInterval    time.Duration
+	logLevel           string
+}
+
+const about = `consumerd joins consumer group --group on --topic and runs the loop of a Kafka application:
+poll (at most --records-per-poll records), process each record (wait --process-time, then apply
+its effect to the SQLite --sink), and commit, in the order --commit says:
+  after   process, then commit: a crash repeats work (at-least-once; duplicates)
+  before  commit, then process: a crash loses work (at-most-once; never processed)
+  auto    commit the positions on a timer (--auto-commit-interval), as the Java client does
+With --idempotent-sink the effect and the record's event_id are written in one transaction
+with a unique constraint, so a redelivered record changes nothing (effectively once).
+
+--history writes one JSON line per record processed
+  {"type":"record","consumer","generation","topic","partition","offset","event_id","key","value","at"}
+and one per commit, assignment change (assigned, revoked, lost) and retention gap.
+
+A control endpoint (--control-listen) serves tapes.v1.ConsumerControlService: status, pause and
+resume (fetching stops, heartbeats go on), crash (exit at once, mid-batch, without committing
+or leaving) and stop (revoke, commit, leave). SIGINT/SIGTERM stop the same way.`
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("consumerd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage:\n  consumerd (--bootstrap-server ADDR | --dir DIR) --group demo --topic orders [flags]\n\n%s\n\nFlags:\n", about)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.bootstrap, "bootstrap-server", "", "comma-separated broker `addresses` (host:port,...) to start from; wins over --dir")
+	fs.StringVar(&o.dir, "dir", clusterfile.DefaultDir(), "cluster `directory` of `cluster up`, whose cluster.json lists the brokers ($TAPES_DIR overrides the default)")
+	fs.StringVar(&o.group, "group", "", "consumer group to join (required)")
+	fs.StringVar(&o.topic, "topic", "", "topic to consume (required)")
+	fs.StringVar(&o.name, "name", "consumer-1", "this consumer's name: its client id, and its name in histories and the sink")
+	fs.StringVar(&o.assignor, "assignor", assign.CooperativeStickyName, "partition assignor: cooperative-sticky (incremental, KIP-429) or range (eager: everything revoked at every rebalance)")
+	fs.IntVar(&o.recordsPerPoll, "records-per-poll", 100, "most records one poll returns (max.poll.records)")
+	fs.StringVar(&o.commit, "commit", "after", "when offsets are committed: after (processing), before (processing) or auto (on a timer)")
+	fs.DurationVar(&o.autoCommitInterval, "auto-commit-interval", 5*time.Second, "with --commit auto: how often the positions are committed (auto.commit.interval.ms)")
+	fs.DurationVar(&o.processTime, "process-time", 0, "time spent processing each record before its effect is applied")
+	fs.StringVar(&o.sinkPath, "sink", "", "SQLite `file` the effects are applied to, shared by the group's consumers (none when empty)")
+	fs.BoolVar(&o.idempotentSink, "idempotent-sink", false, "apply each event_id at most once (effect and event_id in one transaction with a unique constraint)")
+	fs.StringVar(&o.from, "from", "earliest", "where to start without a committed offset, or after retention deleted it (auto.offset.reset): earliest or latest")
+	fs.StringVar(&o.historyPath, "history", "", "write one JSON line per record processed, commit and assignment change to this `file`")
+	fs.Int64Var(&o.crashAfter, "crash-after-records", 0, "exit at once (code 3) after processing this many records, mid-batch, without committing or leaving (0: never)")
+	fs.StringVar(&o.controlListen, "control-listen", "127.0.0.1:0", "address of the gRPC control endpoint (port 0: any free port; empty: none)")
+	fs.DurationVar(&o.sessionTimeout, "session-timeout", 6*time.Second, "the group removes this member when it has not heard from it for this long (session.timeout.ms)")
+	fs.DurationVar(&o.heartbeatInterval, "heartbeat-interval", 0, "how often to heartbeat (default: a third of the session timeout)")
+	fs.DurationVar(&o.maxPollInterval, "max-poll-interval", 5*time.Minute, "leave the group when the loop does not poll for this long; also the rebalance timeout (max.poll.interval.ms)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &usageError{err.Error()}
+	}
+	switch {
+	case fs.NArg() > 0:
+		return nil, usagef("unexpected argument %q", fs.Arg(0))
+	case o.group == "":
+		return nil, usagef("--group is required")
+	case o.topic == "":
+		return nil, usagef("--topic is required")
+	case o.recordsPerPoll <= 0:
+		return nil, usagef("--records-per-poll %d: want at least 1", o.recordsPerPoll)
+	case o.commit != "after" && o.commit != "before" && o.commit != "auto":
+		return nil, usagef("--commit %q: want after, before or auto", o.commit)
+	case o.autoCommitInterval <= 0:
+		return nil, usagef("--auto-commit-interval %v: want a positive duration", o.autoCommitInterval)
+	case o.processTime < 0:
+		return nil, usagef("--process-time %v: cannot be negative", o.processTime)
+	case o.idempotentSink && o.sinkPath == "":
+		return nil, usagef("--idempotent-sink needs --sink FILE.db")
+	case o.from != "earliest" && o.from != "latest":
+		return nil, usagef("--from %q: want earliest or latest", o.from)
+	case o.crashAfter < 0:
+		return nil, usagef("--crash-after-records %d: cannot be negative", o.crashAfter)
+	case o.sessionTimeout <= 0:
+		return nil, usagef("--session-timeout %v: want a positive duration", o.sessionTimeout)
+	case o.heartbeatInterval < 0 || (o.heartbeatInterval > 0 && o.heartbeatInterval >= o.sessionTimeout):
+		return nil, usagef("--heartbeat-interval %v: want a positive duration below --session-timeout %v", o.heartbeatInterval, o.sessionTimeout)
+	}
+	if _, err := assign.ByName(o.assignor); err != nil {
+		return nil, usagef("--assignor %q: want cooperative-sticky or range", o.assignor)
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return usagef("--log-level %q: use debug, info, warn or error", o.logLevel)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("consumer", o.name)
+	addrs, err := clusterfile.Bootstrap(o.bootstrap, o.dir)
+	if err != nil {
+		return err
+	}
+	cl, err := client.New(client.Config{Bootstrap: addrs, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	d, err := newDaemon(o, cl, logger, stdout)
+	if err != nil {
+		return err
+	}
+	return d.run(ctx)
+}

@@ -1,0 +1,221 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tapes-dev/tapes/internal/assign"
+	"github.com/tapes-dev/tapes/internal/client"
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/kerr"
+)
+
+// member is the member goroutine: it runs rebalances the poll goroutine
+// asks for and heartbeats in between, and reports what happened as events.
+func (c *Consumer) member() {
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-c.stop; cancel() }()
+	hb := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	rejoinSent := false
+	for {
+		select {
+		case <-c.stop:
+			return
+		case req := <-c.joinReq:
+			rejoinSent = false
+			c.rebalance(ctx, req)
+		case <-hb.C:
+			member, gen := c.Membership()
+			if member == "" || gen <= 0 {
+				continue
+			}
+			c.mu.Lock()
+			idle := time.Since(c.lastPoll)
+			c.mu.Unlock()
+			if idle > c.cfg.MaxPollInterval {
+				// Kafka's consumer leaves when the application stops
+				// polling; it rejoins at its next Poll.
+				c.log.Warn("poll interval exceeded: leaving the group", "idle", idle.Round(time.Millisecond), "max_poll_interval", c.cfg.MaxPollInterval)
+				lctx, lcancel := context.WithTimeout(ctx, c.cfg.SessionTimeout)
+				_ = c.cl.LeaveGroup(lctx, c.cfg.Group, member)
+				lcancel()
+				c.setMembership("", -1, "", "left")
+				c.post(event{kind: evFenced, generation: gen, err: fmt.Errorf("max poll interval %v exceeded", c.cfg.MaxPollInterval)})
+				continue
+			}
+			hctx, hcancel := context.WithTimeout(ctx, c.cfg.HeartbeatInterval)
+			err := c.cl.Heartbeat(hctx, &tapesv1.HeartbeatRequest{GroupId: c.cfg.Group, GenerationId: gen, MemberId: member})
+			hcancel()
+			switch {
+			case err == nil:
+			case kerr.Is(err, kerr.RebalanceInProgress):
+				if !rejoinSent {
+					rejoinSent = true
+					c.setState("rebalancing")
+					c.post(event{kind: evRejoin, generation: gen})
+				}
+			case kerr.Is(err, kerr.UnknownMemberID), kerr.Is(err, kerr.IllegalGeneration):
+				c.log.Warn("fenced by the coordinator", "member", member, "generation", gen, "err", err)
+				id := member
+				if kerr.Is(err, kerr.UnknownMemberID) {
+					id = ""
+				}
+				c.setMembership(id, -1, "", "fenced")
+				rejoinSent = true
+				c.post(event{kind: evFenced, generation: gen, err: err})
+			default:
+				c.log.Debug("heartbeat failed", "err", err)
+			}
+		}
+	}
+}
+
+func (c *Consumer) post(ev event) {
+	select {
+	case c.events <- ev:
+	case <-c.stop:
+	}
+}
+
+func (c *Consumer) setMembership(member string, gen int32, leader, state string) {
+	c.mu.Lock()
+	c.memberID, c.generation, c.leader, c.state = member, gen, leader, state
+	c.mu.Unlock()
+}
+
+func (c *Consumer) setState(s string) {
+	c.mu.Lock()
+	c.state = s
+	c.mu.Unlock()
+}
+
+// rebalance joins and syncs until it has an assignment (or the consumer
+// stops), then posts it.
+func (c *Consumer) rebalance(ctx context.Context, req joinRequest) {
+	c.setState("rebalancing")
+	sub := &tapesv1.Subscription{Topics: []string{c.cfg.Topic}, Generation: req.generation}
+	if len(req.owned) > 0 {
+		tp := &tapesv1.TopicPartitions{Topic: c.cfg.Topic}
+		for _, o := range sortedTPs(req.owned) {
+			tp.Partitions = append(tp.Partitions, o.Partition)
+		}
+		sub.Owned = []*tapesv1.TopicPartitions{tp}
+	}
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		member, _ := c.Membership()
+		join := &tapesv1.JoinGroupRequest{GroupId: c.cfg.Group, MemberId: member, ClientId: c.cfg.ClientID, ProtocolType: "consumer",
+			Protocols:          []*tapesv1.JoinGroupProtocol{{Name: c.assignor.Name(), Subscription: sub}},
+			SessionTimeoutMs:   int32(c.cfg.SessionTimeout / time.Millisecond),
+			RebalanceTimeoutMs: int32(c.cfg.MaxPollInterval / time.Millisecond)}
+		resp, err := c.cl.JoinGroup(ctx, join)
+		if id, ok := client.MemberIDFrom(err); ok {
+			c.setMembership(id, -1, "", "joining")
+			continue
+		}
+		if err != nil {
+			if kerr.Is(err, kerr.UnknownMemberID) {
+				c.setMembership("", -1, "", "joining")
+			}
+			c.log.Info("join failed, retrying", "err", err)
+			sleep(ctx, backoff)
+			continue
+		}
+		c.mu.Lock()
+		c.memberID = resp.MemberId
+		c.mu.Unlock()
+		var assignments []*tapesv1.MemberAssignment
+		if resp.LeaderId == resp.MemberId {
+			if assignments, err = c.assign(ctx, resp); err != nil {
+				c.log.Warn("leader could not compute the assignment; rejoining", "err", err)
+				sleep(ctx, backoff)
+				continue
+			}
+		}
+		got, err := c.cl.SyncGroup(ctx, &tapesv1.SyncGroupRequest{GroupId: c.cfg.Group, GenerationId: resp.GenerationId, MemberId: resp.MemberId, Assignments: assignments},
+			c.cfg.SessionTimeout)
+		if err != nil {
+			if kerr.Is(err, kerr.UnknownMemberID) {
+				c.setMembership("", -1, "", "joining")
+			}
+			c.log.Info("sync failed, rejoining", "generation", resp.GenerationId, "err", err)
+			continue
+		}
+		var tps []TopicPartition
+		for _, t := range got {
+			for _, p := range t.Partitions {
+				tps = append(tps, TopicPartition{Topic: t.Topic, Partition: p})
+			}
+		}
+		assign.SortPartitions(tps)
+		c.setMembership(resp.MemberId, resp.GenerationId, resp.LeaderId, "stable")
+		c.log.Info("assigned", "member", resp.MemberId, "generation", resp.GenerationId, "leader", resp.LeaderId == resp.MemberId, "partitions", fmt.Sprint(tps))
+		c.post(event{kind: evAssigned, generation: resp.GenerationId, assigned: tps})
+		return
+	}
+}
+
+// assign computes the group's assignment as its leader.
+func (c *Consumer) assign(ctx context.Context, resp *tapesv1.JoinGroupResponse) ([]*tapesv1.MemberAssignment, error) {
+	a, err := assign.ByName(resp.ProtocolName)
+	if err != nil {
+		return nil, err
+	}
+	var subs []assign.Subscription
+	topics := map[string]int32{}
+	for _, m := range resp.Members {
+		s := assign.Subscription{Member: assign.MemberID(m.MemberId), Topics: m.Subscription.GetTopics(), Generation: m.Subscription.GetGeneration()}
+		for _, o := range m.Subscription.GetOwned() {
+			for _, p := range o.Partitions {
+				s.Owned = append(s.Owned, TopicPartition{Topic: o.Topic, Partition: p})
+			}
+		}
+		for _, t := range s.Topics {
+			topics[t] = 0
+		}
+		subs = append(subs, s)
+	}
+	if err := c.cl.RefreshMetadata(ctx); err != nil {
+		return nil, err
+	}
+	for t := range topics {
+		n, err := c.cl.Partitions(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		topics[t] = int32(n)
+	}
+	out, err := a.Assign(topics, subs)
+	if err != nil {
+		return nil, err
+	}
+	var res []*tapesv1.MemberAssignment
+	for m, tps := range out {
+		ma := &tapesv1.MemberAssignment{MemberId: string(m)}
+		byTopic := map[string]*tapesv1.TopicPartitions{}
+		for _, tp := range tps {
+			t := byTopic[tp.Topic]
+			if t == nil {
+				t = &tapesv1.TopicPartitions{Topic: tp.Topic}
+				byTopic[tp.Topic] = t
+				ma.Assignment = append(ma.Assignment, t)
+			}
+			t.Partitions = append(t.Partitions, tp.Partition)
+		}
+		res = append(res, ma)
+	}
+	return res, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
