@@ -90,7 +90,16 @@ func (d *daemon) run(ctx context.Context) error {
 		srv := grpc.NewServer()
 		tapesv1.RegisterConsumerControlServiceServer(srv, &controlServer{d: d})
 		go srv.Serve(lis)
-		defer srv.Stop()
+		defer func() {
+			// Let a StopConsumer call in flight get its answer.
+			done := make(chan struct{})
+			go func() { srv.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(2 * time.Second):
+				srv.Stop()
+			}
+		}()
 		fmt.Fprintf(d.out, "%s: control endpoint %s\n", d.o.name, lis.Addr())
 		d.log.Info("control endpoint", "address", lis.Addr().String())
 	}

@@ -45,9 +45,10 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// producerdProc is a running producerd.
+// producerdProc is a running producerd or consumerd.
 type producerdProc struct {
 	t      *testing.T
+	bin    string
 	cmd    *exec.Cmd
 	stdout *lockedBuffer
 	stderr *lockedBuffer
@@ -61,8 +62,16 @@ type producerdProc struct {
 // is still running.
 func startProducerd(t *testing.T, e *testcluster.Env, args ...string) *producerdProc {
 	t.Helper()
-	p := &producerdProc{t: t, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(binDir, "producerd"), append(args, "--dir", e.Dir)...)
+	return startDaemon(t, e, "producerd", args...)
+}
+
+// startDaemon starts binary bin (producerd or consumerd) against e's
+// cluster and waits for its control endpoint line. The process is killed
+// (by PID) at cleanup if it is still running.
+func startDaemon(t *testing.T, e *testcluster.Env, bin string, args ...string) *producerdProc {
+	t.Helper()
+	p := &producerdProc{t: t, bin: bin, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(filepath.Join(binDir, bin), append(args, "--dir", e.Dir)...)
 	pr, pw := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = pw, p.stderr
 	if err := p.cmd.Start(); err != nil {
@@ -81,7 +90,7 @@ func startProducerd(t *testing.T, e *testcluster.Env, args ...string) *producerd
 			<-p.exited
 		}
 		if t.Failed() {
-			t.Logf("producerd %s\nstdout:\n%s\nstderr (tail):\n%s", strings.Join(args, " "), p.stdout.String(), tail(p.stderr.String(), 4000))
+			t.Logf("%s %s\nstdout:\n%s\nstderr (tail):\n%s", bin, strings.Join(args, " "), p.stdout.String(), tail(p.stderr.String(), 4000))
 		}
 	})
 	addrc := make(chan string, 1)
@@ -101,9 +110,9 @@ func startProducerd(t *testing.T, e *testcluster.Env, args ...string) *producerd
 	select {
 	case p.addr = <-addrc:
 	case <-p.exited:
-		t.Fatalf("producerd exited before serving its control endpoint: %v\n%s", p.err, p.stderr.String())
+		t.Fatalf("%s exited before serving its control endpoint: %v\n%s", bin, p.err, p.stderr.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("no control endpoint line from producerd after 30s\n%s", p.stderr.String())
+		t.Fatalf("no control endpoint line from %s after 30s\n%s", bin, p.stderr.String())
 	}
 	return p
 }
@@ -121,26 +130,34 @@ func (p *producerdProc) wait(d time.Duration) int {
 	select {
 	case <-p.exited:
 	case <-time.After(d):
-		p.t.Fatalf("producerd still running after %v", d)
+		p.t.Fatalf("%s still running after %v", p.bin, d)
 	}
 	var ee *exec.ExitError
 	if errors.As(p.err, &ee) {
 		return ee.ExitCode()
 	}
 	if p.err != nil {
-		p.t.Fatalf("producerd: %v", p.err)
+		p.t.Fatalf("%s: %v", p.bin, p.err)
 	}
 	return 0
 }
 
 func (p *producerdProc) control() tapesv1.ProducerControlServiceClient {
+	return tapesv1.NewProducerControlServiceClient(p.conn())
+}
+
+func (p *producerdProc) consumerControl() tapesv1.ConsumerControlServiceClient {
+	return tapesv1.NewConsumerControlServiceClient(p.conn())
+}
+
+func (p *producerdProc) conn() *grpc.ClientConn {
 	p.t.Helper()
 	cc, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		p.t.Fatal(err)
 	}
 	p.t.Cleanup(func() { cc.Close() })
-	return tapesv1.NewProducerControlServiceClient(cc)
+	return cc
 }
 
 // runProducerd runs producerd to its end and returns exit status, stdout
