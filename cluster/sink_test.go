@@ -62,11 +62,11 @@ func TestSinkStats(t *testing.T) {
 		want string
 	}{
 		{"histories comma-separated", []string{"stats", db, "--history", histA + "," + histB},
-			"Delivered        5\nDuplicates       1\nNever processed  1\nOut of key order 1\n"},
+			"Delivered        5\nDuplicates       1\nNever processed  1\nOut of key order 1\nTotal lag        -\nActive consumers -\nGeneration       -\n"},
 		{"histories repeated, flag first", []string{"stats", "--history", histA, db, "--history", histB},
-			"Delivered        5\nDuplicates       1\nNever processed  1\nOut of key order 1\n"},
+			"Delivered        5\nDuplicates       1\nNever processed  1\nOut of key order 1\nTotal lag        -\nActive consumers -\nGeneration       -\n"},
 		{"no history", []string{"stats", db},
-			"Delivered        5\nDuplicates       1\nNever processed  -\nOut of key order 1\n"},
+			"Delivered        5\nDuplicates       1\nNever processed  -\nOut of key order 1\nTotal lag        -\nActive consumers -\nGeneration       -\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -93,6 +93,14 @@ func TestSinkStatsJSON(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("--json = %+v, want %+v", got, want)
 	}
+	for _, field := range []string{`"total_lag": -1`, `"active_consumers": -1`, `"generation": -1`} {
+		if !strings.Contains(out, field) {
+			t.Fatalf("--json without --group lacks %s:\n%s", field, out)
+		}
+	}
+	if strings.Contains(out, `"group"`) {
+		t.Fatalf("--json without --group names a group:\n%s", out)
+	}
 	out, err = runSink(t, "stats", db, "--json")
 	if err != nil || !strings.Contains(out, `"never_processed": -1`) {
 		t.Fatalf("--json without history = %s, %v", out, err)
@@ -112,7 +120,8 @@ func TestSinkStatsMistakes(t *testing.T) {
 	if _, err := runSink(t, "stats", db, "--history", filepath.Join(t.TempDir(), "nohist.jsonl")); err == nil || !strings.Contains(err.Error(), "nohist.jsonl") {
 		t.Fatalf("stats with a missing history: %v", err)
 	}
-	for _, args := range [][]string{{}, {"frobnicate"}, {"stats"}, {"stats", db, db}, {"stats", db, "--bogus"}} {
+	for _, args := range [][]string{{}, {"frobnicate"}, {"stats"}, {"stats", db, db}, {"stats", db, "--bogus"},
+		{"stats", db, "--group", "demo"}, {"stats", db, "--topic", "orders"}} {
 		if _, err := runSink(t, args...); !errors.Is(err, errUsage) {
 			t.Errorf("sink %q = %v, want a usage error", args, err)
 		}

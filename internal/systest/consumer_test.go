@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -379,3 +380,106 @@ func waitCaughtUp(t *testing.T, e *testcluster.Env, group string, total int64) {
 	})
 }
 
+// TestRetentionGapIsReported: a group committed offset 0, then retention
+// deleted the partition's first segments. Its next consumer does not
+// silently skip: it reports the gap [0, log start) and goes on at the log
+// start (--from earliest).
+func TestRetentionGapIsReported(t *testing.T) {
+	e := start(t, 3)
+	e.CreateTopic("orders", 1, 3, map[string]string{"segment.bytes": "4096", "retention.bytes": "8192"})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := e.Client.OffsetCommit(ctx, &tapesv1.OffsetCommitRequest{GroupId: "late", GenerationId: -1,
+		Offsets: []*tapesv1.OffsetCommitPartition{{Topic: "orders", Partition: 0, Offset: 0}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 600; i += 10 {
+		recs := testcluster.Records("v", i, 10)
+		for _, r := range recs {
+			r.Value = append(r.Value, []byte(strings.Repeat("x", 90))...)
+		}
+		if _, err := e.Client.Produce(ctx, &tapesv1.ProduceRequest{Topic: "orders", Partition: 0, Acks: -1, Records: recs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.WaitFor(20*time.Second, "retention to delete the first segments", func() bool {
+		return e.Partition("orders", 0).LogStartOffset > 0
+	})
+	dir := t.TempDir()
+	c := startConsumer(t, e, dir, "late", "consumer-1", "--from", "earliest")
+	waitCaughtUp(t, e, "late", 600)
+	stopConsumer(t, c)
+	var gap *consumer.HistoryLine
+	first := int64(-1)
+	for _, l := range history(t, dir, "consumer-1") {
+		switch {
+		case l.Type == consumer.HistoryGap && gap == nil:
+			gap = &l
+		case l.Type == consumer.HistoryRecord && first < 0:
+			first = *l.Offset
+		}
+	}
+	if gap == nil {
+		t.Fatal("no gap line in the history")
+	}
+	t.Logf("gap reported: offsets %d..%d lost to retention, resumed at %d; first record processed at %d", *gap.From, *gap.To-1, *gap.ResumeAt, first)
+	if *gap.From != 0 || *gap.To <= 0 || *gap.ResumeAt != *gap.To || first != *gap.To {
+		t.Fatalf("gap %d..%d resume %d, first processed %d: want [0, log start) and processing from the log start", *gap.From, *gap.To, *gap.ResumeAt, first)
+	}
+	if !strings.Contains(c.stdout.String(), "were deleted by retention") {
+		t.Errorf("consumerd did not say so on stdout:\n%s", c.stdout.String())
+	}
+}
+
+// TestGroupSurvivesCoordinatorKill: two consumers (commit after, idempotent
+// sink) work through 1,500 records while the group's coordinator broker is
+// SIGKILLed; the group goes on under the new coordinator, nothing committed
+// is lost, and every acknowledged record has its effect exactly once.
+func TestGroupSurvivesCoordinatorKill(t *testing.T) {
+	e := start(t, 3)
+	e.CreateTopic("orders", 3, 3, map[string]string{"min.insync.replicas": "2"})
+	dir := t.TempDir()
+	ph := filepath.Join(dir, "producer.jsonl")
+	if code, out, errOut := runProducerd(t, e, "--topic", "orders", "--count", "1500", "--idempotent", "--name", "producer-1", "--history", ph); code != 0 {
+		t.Fatalf("producerd exit %d\n%s\n%s", code, out, errOut)
+	}
+	db := filepath.Join(dir, "sink.db")
+	args := []string{"--sink", db, "--idempotent-sink", "--records-per-poll", "20", "--process-time", "2ms"}
+	c1 := startConsumer(t, e, dir, "survivor", "consumer-1", args...)
+	c2 := startConsumer(t, e, dir, "survivor", "consumer-2", args...)
+	waitOwnership(t, e, 3, c1, c2)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	coord, err := e.Client.FindCoordinator(ctx, "survivor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.WaitFor(20*time.Second, "some commits", func() bool {
+		offs, err := e.Client.OffsetFetch(ctx, "survivor", nil)
+		return err == nil && len(offs) == 3
+	})
+	before, _ := e.Client.OffsetFetch(ctx, "survivor", nil)
+	if err := e.C.Kill(testcluster.BrokerName(coord.NodeId)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed coordinator broker %d with committed offsets %v", coord.NodeId, before)
+	waitCaughtUp(t, e, "survivor", 1500)
+	after, err := e.Client.OffsetFetch(ctx, "survivor", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range after {
+		if o.Offset < before[i].Offset {
+			t.Fatalf("committed offset of partition %d went back from %d to %d", o.Partition, before[i].Offset, o.Offset)
+		}
+	}
+	stopConsumer(t, c1)
+	stopConsumer(t, c2)
+	st, err := sink.ComputeStats(context.Background(), db, []string{ph})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NeverProcessed != 0 || st.Duplicates != 0 || st.Delivered != 1500 {
+		t.Fatalf("after the coordinator's kill: %+v; want 1500 delivered, none lost, no duplicate effect", st)
+	}
+}
