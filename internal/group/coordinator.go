@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -348,18 +349,8 @@ func (c *Coordinator) ListGroups() []*tapesv1.ListedGroup {
 		}
 		out = append(out, s.list()...)
 	}
-	slices.SortFunc(out, func(a, b *tapesv1.ListedGroup) int { return cmpString(a.GroupId, b.GroupId) })
+	slices.SortFunc(out, func(a, b *tapesv1.ListedGroup) int { return strings.Compare(a.GroupId, b.GroupId) })
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func sortedMemberIDs(ms map[string]*member) []string {

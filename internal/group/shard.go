@@ -190,10 +190,10 @@ func (s *shard) join(req *tapesv1.JoinGroupRequest, host string, session, rebala
 	}
 	switch g.state {
 	case Stable, CompletingRebalance:
-		if !changed && m.id != g.leader && g.state == Stable {
-			return nil, g.currentJoin(m), nil
-		}
-		if !changed && g.state == CompletingRebalance {
+		// A rejoin that changes nothing is answered with the current
+		// generation, except from a Stable group's leader (Kafka: the
+		// leader rejoining means it wants a new assignment).
+		if !changed && (g.state == CompletingRebalance || m.id != g.leader) {
 			return nil, g.currentJoin(m), nil
 		}
 		g.prepareRebalance(now, s.c.cfg.InitialRebalanceDelay)
