@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +54,32 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	// Logger receives retry decisions at debug level; nil discards them.
 	Logger *slog.Logger
+	// AddressMap makes the client dial another address in place of a
+	// broker's (address -> address to dial): how `cluster up` puts a
+	// fault-injection link between a process it starts and each broker.
+	// nil: taken from $TAPES_ADDRESS_MAP ("ADDR=DIAL,ADDR=DIAL"), if set.
+	AddressMap map[string]string
+}
+
+// AddressMapEnv is the environment variable New reads when
+// Config.AddressMap is nil.
+const AddressMapEnv = "TAPES_ADDRESS_MAP"
+
+// ParseAddressMap parses "ADDR=DIAL,ADDR=DIAL".
+func ParseAddressMap(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		from, to, ok := strings.Cut(kv, "=")
+		if !ok || from == "" || to == "" {
+			return nil, fmt.Errorf("client: address map entry %q: want ADDR=DIAL", kv)
+		}
+		out[from] = to
+	}
+	return out, nil
 }
 
 // Client talks to a tapes cluster. It dials brokers lazily, on first use.
@@ -92,6 +120,15 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.AddressMap == nil {
+		if env := os.Getenv(AddressMapEnv); env != "" {
+			m, err := ParseAddressMap(env)
+			if err != nil {
+				return nil, fmt.Errorf("$%s: %w", AddressMapEnv, err)
+			}
+			cfg.AddressMap = m
+		}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -140,7 +177,11 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		// that restarts would stay unreachable that long.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: c.cfg.RequestTimeout}),
 	}, c.cfg.DialOptions...)
-	cc, err := grpc.NewClient(addr, opts...)
+	target := addr
+	if via, ok := c.cfg.AddressMap[addr]; ok {
+		target = via
+	}
+	cc, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

@@ -16,19 +16,26 @@ import (
 	"github.com/tapes-dev/tapes/internal/clusterfile"
 )
 
-// child is one broker of the cluster, across its restarts.
+// child is one process of the cluster (a broker, or a producer or consumer
+// started with StartProcess), across its restarts.
 type child struct {
 	// op serialises the operations that change the process: Kill, Stop,
 	// Pause, Resume, Restart and Close.
 	op sync.Mutex
 
-	// Fixed once Start returns.
-	id      int32
+	// Fixed once the child is created.
+	kind    string // "broker", "producer", "consumer"
+	id      int32  // brokers only
 	name    string
-	dataDir string // DIR/NAME
+	dataDir string // DIR/NAME (brokers only)
 	log     string // DIR/logs/NAME.log
-	addr    string // the address clients dial
-	listen  string // HOST:PORT the launcher binds for it
+	addr    string // the address clients dial (brokers only)
+	listen  string // HOST:PORT the launcher binds for it (brokers only)
+	// path, args and env run a non-broker child; env adds to the
+	// launcher's environment.
+	path string
+	args []string
+	env  []string
 
 	// Guarded by Cluster.mu.
 	proc clusterfile.Process // as cluster.json shows it
@@ -60,32 +67,42 @@ func (ch *child) liveLocked() *run {
 	}
 }
 
-// commandLine is the arguments of the child's brokerd.
-func (c *Cluster) commandLine(ch *child) []string {
+// commandLine is the program and arguments of the child.
+func (c *Cluster) commandLine(ch *child) (string, []string) {
+	if ch.kind != "broker" {
+		return ch.path, ch.args
+	}
 	args := []string{
 		"--id", strconv.Itoa(int(ch.id)),
 		"--data-dir", ch.dataDir,
 		"--listen-fd", "3",
-		"--peers", c.peers,
+		"--peers", c.peersOf(ch),
 	}
 	if ch.listen != ch.addr {
 		args = append(args, "--advertise", ch.addr)
 	}
-	return append(args, c.brokerArgs...)
+	return c.brokerd, append(args, c.brokerArgs...)
 }
 
-// spawn starts the child's brokerd serving on ln, which it hands over as file
-// descriptor 3. The launcher's copies of the socket are closed whatever
-// happens, so that once the child is gone nothing accepts on the port.
+// spawn starts the child: a broker serving on ln, which it hands over as
+// file descriptor 3 (the launcher's copies of the socket are closed whatever
+// happens, so that once the child is gone nothing accepts on the port), or
+// another process (ln nil).
 func (c *Cluster) spawn(ch *child, ln *net.TCPListener) error {
-	defer ln.Close()
-	lf, err := ln.File()
-	if err != nil {
-		return fmt.Errorf("launch: %s: pass the listener: %w", ch.name, err)
+	var extra []*os.File
+	if ln != nil {
+		defer ln.Close()
+		lf, err := ln.File()
+		if err != nil {
+			return fmt.Errorf("launch: %s: pass the listener: %w", ch.name, err)
+		}
+		defer lf.Close()
+		extra = append(extra, lf)
 	}
-	defer lf.Close()
-	if err := os.MkdirAll(ch.dataDir, 0o755); err != nil {
-		return fmt.Errorf("launch: %s: %w", ch.name, err)
+	if ch.dataDir != "" {
+		if err := os.MkdirAll(ch.dataDir, 0o755); err != nil {
+			return fmt.Errorf("launch: %s: %w", ch.name, err)
+		}
 	}
 	logf, err := os.OpenFile(ch.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
@@ -93,14 +110,14 @@ func (c *Cluster) spawn(ch *child, ln *net.TCPListener) error {
 	}
 	defer logf.Close()
 
-	args := c.commandLine(ch)
-	c.log.Info("starting broker", "name", ch.name, "address", ch.addr)
-	fmt.Fprintf(logf, "%s launcher: starting %s: %s %s\n", stamp(), ch.name, c.brokerd, strings.Join(args, " "))
-	cmd := exec.Command(c.brokerd, args...)
+	path, args := c.commandLine(ch)
+	c.log.Info("starting "+ch.kind, "name", ch.name, "address", ch.addr)
+	fmt.Fprintf(logf, "%s launcher: starting %s: %s %s\n", stamp(), ch.name, path, strings.Join(args, " "))
+	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = []*os.File{lf}
-	cmd.Env = append(os.Environ(), c.env...)
-	if os.Getenv("GOMAXPROCS") == "" && !hasEnv(c.env, "GOMAXPROCS") {
+	cmd.ExtraFiles = extra
+	cmd.Env = append(append(os.Environ(), c.env...), ch.env...)
+	if ch.kind == "broker" && os.Getenv("GOMAXPROCS") == "" && !hasEnv(c.env, "GOMAXPROCS") {
 		// The brokers of one launcher share this machine's cores: each gets
 		// its share, at least one. On 2 cores and 3 brokers that is one,
 		// which cut idle CPU by a quarter and cost no throughput (bench).
@@ -112,7 +129,7 @@ func (c *Cluster) spawn(ch *child, ln *net.TCPListener) error {
 		return fmt.Errorf("launch: start %s: %w", ch.name, err)
 	}
 	r := &run{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
-	c.log.Debug("broker started", "name", ch.name, "pid", r.pid)
+	c.log.Debug(ch.kind+" started", "name", ch.name, "pid", r.pid)
 	c.mu.Lock()
 	ch.run = r
 	ch.proc.PID = r.pid
@@ -146,7 +163,7 @@ func (c *Cluster) reap(ch *child, r *run) {
 	if err := appendLine(ch.log, fmt.Sprintf("%s launcher: %s (pid %d) %s: %s", stamp(), ch.name, r.pid, how, describeState(st))); err != nil {
 		c.log.Warn("cannot note an exit in the broker's log", "name", ch.name, "err", err)
 	}
-	c.log.Debug("broker "+how, "name", ch.name, "pid", r.pid, "status", describeState(st))
+	c.log.Debug(ch.kind+" "+how, "name", ch.name, "pid", r.pid, "status", describeState(st))
 	if !expected {
 		ev := ExitEvent{Name: ch.name, PID: r.pid, State: st, Log: ch.log, Time: time.Now()}
 		select {
@@ -160,7 +177,9 @@ func (c *Cluster) reap(ch *child, r *run) {
 
 // child returns the named child.
 func (c *Cluster) child(name string) (*child, error) {
+	c.mu.Lock()
 	ch, ok := c.byName[name]
+	c.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("launch: %q (have %s): %w", name, strings.Join(c.Names(), ", "), ErrUnknownProcess)
 	}
@@ -244,7 +263,7 @@ func (c *Cluster) stopRun(name string, r *run) error {
 		return nil
 	case <-t.C:
 	}
-	c.log.Warn("broker ignored SIGTERM; killing it", "name", name, "pid", r.pid, "waited", c.stopTimeout)
+	c.log.Warn("process ignored SIGTERM; killing it", "name", name, "pid", r.pid, "waited", c.stopTimeout)
 	if err := signal(r, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("launch: stop %s: %w", name, err)
 	}
@@ -294,15 +313,19 @@ func (c *Cluster) Restart(name string) error {
 				return err
 			}
 		}
-		ln, _, err := bind(ch.listen)
-		if err != nil {
-			return fmt.Errorf("launch: restart %s: bind its address again: %w", name, err)
+		var ln *net.TCPListener
+		if ch.kind == "broker" {
+			if ln, _, err = bind(ch.listen); err != nil {
+				return fmt.Errorf("launch: restart %s: bind its address again: %w", name, err)
+			}
 		}
 		c.mu.Lock()
 		closed := c.closed
 		c.mu.Unlock()
 		if closed {
-			ln.Close()
+			if ln != nil {
+				ln.Close()
+			}
 			return ErrClosed
 		}
 		return c.spawn(ch, ln)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/netfault"
 )
 
 // Errors returned by this package; match them with errors.Is.
@@ -77,14 +78,20 @@ type Cluster struct {
 	lock        *dirLock
 
 	// Fixed once Start returns.
-	children []*child // in id order
-	byName   map[string]*child
-	peers    string // the --peers value every broker gets
-	others   []clusterfile.Process
+	children  []*child // the brokers, in id order
+	peers     string   // the --peers value every broker gets without links
+	others    []clusterfile.Process
+	withLinks bool
 
 	mu     sync.Mutex
 	closed bool
 	events chan ExitEvent
+	// byName: every child, brokers and the processes StartProcess added
+	// (extra, in start order). Guarded by mu.
+	byName map[string]*child
+	extra  []*child
+	// links by (from, to) process name, when Options.Links. Guarded by mu.
+	links map[linkKey]*netfault.Link
 
 	closeOnce sync.Once
 	closeErr  error
@@ -116,7 +123,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		stopTimeout: o.StopTimeout,
 		log:         o.Logger,
 		lock:        lock,
+		withLinks:   o.Links,
 		byName:      map[string]*child{},
+		links:       map[linkKey]*netfault.Link{},
 		events:      make(chan ExitEvent, exitEventBuffer),
 	}
 	if err := c.plan(o.Brokers); err != nil {
@@ -127,6 +136,16 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		lock.release()
 		return nil, err
+	}
+	if c.withLinks {
+		if err := c.brokerLinks(); err != nil {
+			for _, ln := range listeners {
+				ln.Close()
+			}
+			c.closeLinks()
+			lock.release()
+			return nil, err
+		}
 	}
 	for i, ch := range c.children {
 		if ctx.Err() == nil {
@@ -190,6 +209,7 @@ func (c *Cluster) plan(n int) error {
 		}
 		name := fmt.Sprintf("broker-%d", p.ID)
 		ch := &child{
+			kind:    "broker",
 			id:      p.ID,
 			name:    name,
 			dataDir: filepath.Join(c.dir, name),
@@ -251,7 +271,14 @@ func (c *Cluster) writeFileLocked() error {
 	for _, ch := range c.children {
 		f.Processes = append(f.Processes, ch.proc)
 	}
-	f.Processes = append(f.Processes, c.others...)
+	for _, ch := range c.extra {
+		f.Processes = append(f.Processes, ch.proc)
+	}
+	for _, p := range c.others {
+		if _, started := c.byName[p.Name]; !started {
+			f.Processes = append(f.Processes, p)
+		}
+	}
 	if err := clusterfile.Write(c.dir, f); err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
@@ -270,11 +297,17 @@ func (c *Cluster) Bootstrap() []string {
 	return out
 }
 
-// Names returns the names of the processes, brokers in id order.
+// Names returns the names of the processes: brokers in id order, then the
+// processes StartProcess added, in start order.
 func (c *Cluster) Names() []string {
-	out := make([]string, len(c.children))
-	for i, ch := range c.children {
-		out[i] = ch.name
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.children)+len(c.extra))
+	for _, ch := range c.children {
+		out = append(out, ch.name)
+	}
+	for _, ch := range c.extra {
+		out = append(out, ch.name)
 	}
 	return out
 }
@@ -282,23 +315,23 @@ func (c *Cluster) Names() []string {
 // Process describes the named process as cluster.json does (PID 0 when it
 // is not running).
 func (c *Cluster) Process(name string) (clusterfile.Process, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	ch, ok := c.byName[name]
 	if !ok {
 		return clusterfile.Process{}, false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	return ch.proc, true
 }
 
 // Running reports whether the named process is running (a paused process is).
 func (c *Cluster) Running(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	ch, ok := c.byName[name]
 	if !ok {
 		return false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	return ch.liveLocked() != nil
 }
 
@@ -319,10 +352,11 @@ func (c *Cluster) Close() error {
 func (c *Cluster) close() error {
 	c.mu.Lock()
 	c.closed = true
+	all := append(append([]*child(nil), c.extra...), c.children...)
 	c.mu.Unlock()
-	errs := make([]error, len(c.children)+2)
+	errs := make([]error, len(all)+2)
 	var wg sync.WaitGroup
-	for i, ch := range c.children {
+	for i, ch := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -335,16 +369,17 @@ func (c *Cluster) close() error {
 			}
 			c.mu.Unlock()
 			if r != nil {
-				c.log.Debug("stopping broker", "name", ch.name, "pid", r.pid)
+				c.log.Debug("stopping "+ch.kind, "name", ch.name, "pid", r.pid)
 				errs[i] = c.stopRun(ch.name, r)
 			}
 		}()
 	}
 	wg.Wait()
+	c.closeLinks()
 	c.mu.Lock()
-	errs[len(c.children)] = c.writeFileLocked()
+	errs[len(all)] = c.writeFileLocked()
 	close(c.events)
 	c.mu.Unlock()
-	errs[len(c.children)+1] = c.lock.release()
+	errs[len(all)+1] = c.lock.release()
 	return errors.Join(errs...)
 }

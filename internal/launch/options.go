@@ -38,6 +38,12 @@ type Options struct {
 	// StopTimeout bounds the wait after SIGTERM before SIGKILL; default
 	// DefaultStopTimeout.
 	StopTimeout time.Duration
+	// Links puts a fault-injection link (a loopback proxy, see
+	// internal/netfault) on every ordered pair of processes: broker i
+	// reaches broker j only through link i->j, and a process started with
+	// StartProcess reaches each broker through its own link. Off, brokers
+	// dial each other directly.
+	Links bool
 	// Logger receives the launcher's own records: "starting broker" and
 	// "waiting for cluster" at Info, port changes and forced kills at Warn,
 	// exits at Debug. nil discards them.

@@ -1,7 +1,10 @@
 // Package netfault owns links: loopback TCP proxies that carry one ordered
 // pair's traffic (a client to a broker, a broker to a peer) and can drop it,
-// one way or both, without the processes at either end knowing. Dropped
-// bytes are read and discarded, so connections stay open and hang until the
-// peers' own timeouts fire, as on a real network that lost the route. The
-// chaos tooling and the tests use them; nothing needs root.
+// one way or both, or delay it, without the processes at either end knowing.
+// A cut direction delivers nothing: the link holds what it read and stops
+// reading, so connections stay open and hang until the peers' own timeouts
+// fire, as TCP does over a route that loses every packet; after the heal,
+// what was sent arrives in order (a connection that a peer gave up on in the
+// meantime is closed by that peer, as on a real network). The chaos tooling
+// and the tests use them; nothing needs root.
 package netfault

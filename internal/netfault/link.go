@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -18,9 +19,9 @@ type Mode int32
 // client) to the target; "back" is the answers.
 const (
 	Pass      Mode = iota // both directions carry bytes
-	Blackhole             // nothing arrives either way
-	DropBack              // requests arrive, answers are lost
-	DropFwd               // requests are lost, answers (of earlier requests) arrive
+	Blackhole             // nothing arrives either way (held until the mode changes)
+	DropBack              // requests arrive, answers do not
+	DropFwd               // requests do not arrive, answers (of earlier requests) do
 )
 
 func (m Mode) String() string {
@@ -47,13 +48,17 @@ type Link struct {
 	lis    net.Listener
 	log    *slog.Logger
 	mode   atomic.Int32
-	// delay, in nanoseconds, added before each chunk is forwarded.
-	delay atomic.Int64
+	// delay and jitter, in nanoseconds: each chunk is forwarded after
+	// delay ± a uniformly random share of jitter.
+	delay, jitter atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{} // open connections, both sides; guarded by mu
 	closed bool
-	wg     sync.WaitGroup
+	// modeChanged is closed (and replaced) by every SetMode and by Close,
+	// waking pumps that hold bytes. Guarded by mu.
+	modeChanged chan struct{}
+	wg          sync.WaitGroup
 }
 
 // Listen starts a link on a loopback port the kernel picks, forwarding to
@@ -66,7 +71,7 @@ func Listen(target string, logger *slog.Logger) (*Link, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	l := &Link{target: target, lis: lis, log: logger, conns: map[net.Conn]struct{}{}}
+	l := &Link{target: target, lis: lis, log: logger, conns: map[net.Conn]struct{}{}, modeChanged: make(chan struct{})}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
@@ -78,14 +83,36 @@ func (l *Link) Addr() string { return l.lis.Addr().String() }
 // Target is where the link forwards to.
 func (l *Link) Target() string { return l.target }
 
-// SetMode changes which directions carry bytes.
-func (l *Link) SetMode(m Mode) { l.mode.Store(int32(m)) }
+// SetMode changes which directions carry bytes. Bytes held while a
+// direction was cut flow again, in order, once it carries bytes.
+func (l *Link) SetMode(m Mode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mode.Store(int32(m))
+	close(l.modeChanged)
+	l.modeChanged = make(chan struct{})
+}
+
+// wait returns a channel closed at the next mode change or Close.
+func (l *Link) wait() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.modeChanged
+}
 
 // Mode returns the current mode.
 func (l *Link) Mode() Mode { return Mode(l.mode.Load()) }
 
 // SetDelay delays every chunk of bytes by d in both directions (0: none).
 func (l *Link) SetDelay(d time.Duration) { l.delay.Store(int64(d)) }
+
+// SetJitter varies the delay of each chunk by up to ±j (never below 0).
+func (l *Link) SetJitter(j time.Duration) { l.jitter.Store(int64(j)) }
+
+// Delay returns the delay and jitter.
+func (l *Link) Delay() (delay, jitter time.Duration) {
+	return time.Duration(l.delay.Load()), time.Duration(l.jitter.Load())
+}
 
 // Close stops accepting, closes every connection and waits for the
 // forwarding goroutines.
@@ -99,6 +126,8 @@ func (l *Link) Close() error {
 	for c := range l.conns {
 		c.Close()
 	}
+	close(l.modeChanged)
+	l.modeChanged = make(chan struct{})
 	l.mu.Unlock()
 	err := l.lis.Close()
 	l.wg.Wait()
@@ -162,23 +191,47 @@ func (l *Link) serve(in net.Conn) {
 	wg.Wait()
 }
 
-// pump copies src to dst, discarding while the mode is Blackhole or drop.
-func (l *Link) pump(dst, src net.Conn, drop Mode) {
+// pump copies src to dst. While the mode cuts this direction (Blackhole,
+// or cut), it holds what it read and reads no more, so the sender's
+// buffers fill and its writes stall, as TCP over a route that lost every
+// packet: nothing arrives, and when the route is back everything sent
+// arrives in order. (Discarding bytes instead would corrupt the byte
+// stream of a connection that outlives the cut, which no real network
+// does to TCP.)
+func (l *Link) pump(dst, src net.Conn, cut Mode) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if d := time.Duration(l.delay.Load()); d > 0 {
+			d, j := l.Delay()
+			if j > 0 {
+				d += time.Duration(rand.Int64N(int64(2*j)+1)) - j
+			}
+			if d > 0 {
 				time.Sleep(d)
 			}
-			if m := l.Mode(); m != Blackhole && m != drop {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
+			for {
+				changed := l.wait()
+				if m := l.Mode(); m != Blackhole && m != cut {
+					break
+				}
+				<-changed
+				if l.isClosed() {
 					return
 				}
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
 			}
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+func (l *Link) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
 }

@@ -69,12 +69,25 @@ type Env struct {
 // the test failed).
 func Start(t testing.TB, binDir string, n int, args ...string) *Env {
 	t.Helper()
+	return start(t, binDir, n, false, args)
+}
+
+// StartLinked is Start with a fault-injection link on every ordered pair of
+// brokers (launch.Options.Links): e.C.SetLink cuts, delays and heals them.
+// The test's own client dials the brokers directly.
+func StartLinked(t testing.TB, binDir string, n int, args ...string) *Env {
+	t.Helper()
+	return start(t, binDir, n, true, args)
+}
+
+func start(t testing.TB, binDir string, n int, links bool, args []string) *Env {
+	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := launch.Start(ctx, launch.Options{
 		Dir: dir, Brokers: n, BrokerdPath: filepath.Join(binDir, "brokerd"),
-		BrokerArgs: slices.Clone(args), StopTimeout: 10 * time.Second,
+		BrokerArgs: slices.Clone(args), StopTimeout: 10 * time.Second, Links: links,
 	})
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)

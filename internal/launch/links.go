@@ -1,0 +1,202 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/netfault"
+)
+
+// ErrNoLinks: the cluster was started without Options.Links.
+var ErrNoLinks = errors.New("the cluster has no fault-injection links (start it with links)")
+
+// AddressMapEnv is the environment variable through which a process started
+// by StartProcess learns its links: "BROKER_ADDR=LINK_ADDR,..." (the Go
+// client, internal/client, dials LINK_ADDR whenever it would dial
+// BROKER_ADDR). Its value is client.AddressMapEnv's; launch does not import
+// the client.
+const AddressMapEnv = "TAPES_ADDRESS_MAP"
+
+// linkKey names the link that carries connections opened by process from
+// to process to.
+type linkKey struct{ from, to string }
+
+// brokerLinks creates a link for every ordered pair of brokers. Called by
+// Start before any broker runs.
+func (c *Cluster) brokerLinks() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, from := range c.children {
+		for _, to := range c.children {
+			if from != to {
+				if _, err := c.linkLocked(from.name, to); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// linkLocked returns (creating it) the link from -> to. c.mu held.
+func (c *Cluster) linkLocked(from string, to *child) (*netfault.Link, error) {
+	k := linkKey{from, to.name}
+	if l, ok := c.links[k]; ok {
+		return l, nil
+	}
+	l, err := netfault.Listen(to.addr, c.log.With("link", from+"->"+to.name))
+	if err != nil {
+		return nil, fmt.Errorf("launch: link %s->%s: %w", from, to.name, err)
+	}
+	c.links[k] = l
+	return l, nil
+}
+
+// peersOf is broker ch's --peers value: itself directly, the others through
+// its links to them (or directly without links).
+func (c *Cluster) peersOf(ch *child) string {
+	if !c.withLinks {
+		return c.peers
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, b := range c.children {
+		addr := b.addr
+		if b != ch {
+			addr = c.links[linkKey{ch.name, b.name}].Addr()
+		}
+		out = append(out, strconv.Itoa(int(b.id))+"="+addr)
+	}
+	return strings.Join(out, ",")
+}
+
+func (c *Cluster) closeLinks() {
+	c.mu.Lock()
+	links := c.links
+	c.links = map[linkKey]*netfault.Link{}
+	c.mu.Unlock()
+	for _, l := range links {
+		l.Close()
+	}
+}
+
+// ProcessSpec describes a process for StartProcess.
+type ProcessSpec struct {
+	// Name addresses it ("producer-1", "consumer-2"); unique in the cluster.
+	Name string
+	// Kind is "producer" or "consumer".
+	Kind string
+	// Path is the program; Args its arguments (the launcher adds nothing:
+	// pass --dir or --bootstrap-server yourself).
+	Path string
+	Args []string
+}
+
+// StartProcess starts a client process of the cluster (a producerd or
+// consumerd) that the launcher supervises like a broker: Kill, Stop, Pause,
+// Resume and Restart address it by name, its output goes to
+// DIR/logs/NAME.log and cluster.json lists it. With links, it reaches every
+// broker through a link of its own (AddressMapEnv).
+func (c *Cluster) StartProcess(spec ProcessSpec) error {
+	if spec.Name == "" || spec.Path == "" {
+		return fmt.Errorf("launch: a process needs a name and a program")
+	}
+	if spec.Kind != "producer" && spec.Kind != "consumer" {
+		return fmt.Errorf("launch: process kind %q: want producer or consumer", spec.Kind)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if _, dup := c.byName[spec.Name]; dup {
+		c.mu.Unlock()
+		return fmt.Errorf("launch: a process named %s already exists", spec.Name)
+	}
+	log := filepath.Join(c.dir, "logs", spec.Name+".log")
+	ch := &child{kind: spec.Kind, name: spec.Name, log: log, path: spec.Path, args: append([]string(nil), spec.Args...),
+		proc: clusterfile.Process{Name: spec.Name, Kind: spec.Kind, Log: log}}
+	if c.withLinks {
+		var pairs []string
+		for _, b := range c.children {
+			l, err := c.linkLocked(spec.Name, b)
+			if err != nil {
+				c.mu.Unlock()
+				return err
+			}
+			pairs = append(pairs, b.addr+"="+l.Addr())
+		}
+		ch.env = []string{AddressMapEnv + "=" + strings.Join(pairs, ",")}
+	}
+	c.byName[spec.Name] = ch
+	c.extra = append(c.extra, ch)
+	c.mu.Unlock()
+	ch.op.Lock()
+	defer ch.op.Unlock()
+	return c.spawn(ch, nil)
+}
+
+// LinkState is one link as Links reports it.
+type LinkState struct {
+	From, To string
+	// Addr is the link's own listening address; Target the process it
+	// forwards to.
+	Addr, Target string
+	Mode         netfault.Mode
+	Delay        time.Duration
+	Jitter       time.Duration
+}
+
+// Links returns every link, sorted by from, then to.
+func (c *Cluster) Links() []LinkState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]LinkState, 0, len(c.links))
+	for k, l := range c.links {
+		d, j := l.Delay()
+		out = append(out, LinkState{From: k.from, To: k.to, Addr: l.Addr(), Target: l.Target(), Mode: l.Mode(), Delay: d, Jitter: j})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].From != out[j].From {
+			return out[i].From < out[j].From
+		}
+		return out[i].To < out[j].To
+	})
+	return out
+}
+
+// SetLink changes the link from -> to: which directions carry bytes, and
+// the delay (± jitter) of each chunk.
+func (c *Cluster) SetLink(from, to string, mode netfault.Mode, delay, jitter time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.withLinks {
+		return fmt.Errorf("launch: %w", ErrNoLinks)
+	}
+	l, ok := c.links[linkKey{from, to}]
+	if !ok {
+		return fmt.Errorf("launch: no link %s->%s (links go from a process to a broker): %w", from, to, ErrUnknownProcess)
+	}
+	l.SetMode(mode)
+	l.SetDelay(delay)
+	l.SetJitter(jitter)
+	return nil
+}
+
+// Heal restores every link: bytes flow both ways, no delay.
+func (c *Cluster) Heal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.links {
+		l.SetMode(netfault.Pass)
+		l.SetDelay(0)
+		l.SetJitter(0)
+	}
+}
