@@ -7,7 +7,7 @@
 
 BUF       := go run github.com/bufbuild/buf/cmd/buf@v1.75.0
 BIN       := $(CURDIR)/bin
-BINARIES  := brokerd cluster producerd consumerd
+BINARIES  := brokerd cluster producerd consumerd chaos
 GOTEST    ?= go test
 TESTFLAGS ?= -race -timeout 14m
 

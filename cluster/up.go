@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -64,6 +65,8 @@ func (u *upCommand) Run(ctx context.Context, args []string) error {
 		"extra `FLAG` passed to every brokerd, e.g. --broker-arg=--log-level=debug; repeat for several")
 	brokerd := fs.String("brokerd", "", "`PATH` of the brokerd binary (default: beside this program, else on $PATH)")
 	timeout := fs.Duration("timeout", time.Minute, "how long to wait for the cluster (and the demo topic) to be ready")
+	links := fs.Bool("links", true, "route every connection between processes (broker to broker, producer or consumer to broker) through a fault-injection link the launcher owns, so that `chaos` can cut, delay and heal it; --links=false connects them directly")
+	controlListen := fs.String("control-listen", "127.0.0.1:0", "`ADDR` of the control endpoint (tapes.v1.ClusterControlService) that `chaos` drives; port 0: any free port")
 	rest, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -90,6 +93,7 @@ func (u *upCommand) Run(ctx context.Context, args []string) error {
 		Brokers:     n,
 		BrokerdPath: *brokerd,
 		BrokerArgs:  brokerArgs,
+		Links:       *links,
 		Logger:      slog.New(&progressHandler{w: u.stderr, mu: new(sync.Mutex), level: slog.LevelInfo}),
 	})
 	if err != nil {
@@ -116,8 +120,33 @@ func (u *upCommand) Run(ctx context.Context, args []string) error {
 		u.showDeadBrokers(c)
 		return errors.Join(err, u.shutdown(c, ""))
 	}
+	stopControl, err := serveControl(c, *controlListen)
+	if err != nil {
+		return errors.Join(err, u.shutdown(c, ""))
+	}
+	defer stopControl()
 	u.printSummary(c, topic, dirHint(*dir, set["dir"]))
 	return u.supervise(ctx, c)
+}
+
+// serveControl serves the control endpoint for c and records its address in
+// cluster.json; the returned func stops it.
+func serveControl(c *launch.Cluster, addr string) (func(), error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--control-listen %s: %w", addr, err)
+	}
+	srv := grpc.NewServer()
+	tapesv1.RegisterClusterControlServiceServer(srv, &controlServer{c: c, binary: launch.FindBinary})
+	go srv.Serve(lis)
+	if err := c.SetControl(lis.Addr().String()); err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	return func() {
+		srv.Stop()
+		_ = c.SetControl("")
+	}, nil
 }
 
 // supervise reports brokers that exit unexpectedly until ctx ends, then
@@ -167,6 +196,9 @@ func (u *upCommand) printSummary(c *launch.Cluster, topic *tapesv1.TopicMetadata
 		fmt.Fprintf(w, "  %-9s %-21s pid %-7d log %s\n", p.Name, p.Address, p.PID, p.Log)
 	}
 	fmt.Fprintf(w, "bootstrap servers: %s\n", strings.Join(c.Bootstrap(), ","))
+	if f, err := clusterfile.Read(c.Dir()); err == nil && f.Control != "" {
+		fmt.Fprintf(w, "control endpoint: %s (for chaos)\n", f.Control)
+	}
 	if topic != nil {
 		fmt.Fprintf(w, "topic %s: %s\n", topic.GetName(), describeTopic(topic))
 	}

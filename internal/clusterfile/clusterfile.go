@@ -44,6 +44,9 @@ type File struct {
 	// --bootstrap-server takes it.
 	Bootstrap string    `json:"bootstrap"`
 	Processes []Process `json:"processes"`
+	// Control is the address of the launcher's control endpoint
+	// (tapes.v1.ClusterControlService) while `cluster up` runs.
+	Control string `json:"control,omitempty"`
 }
 
 // Brokers returns the broker processes in id order as they appear.

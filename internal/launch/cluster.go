@@ -92,6 +92,8 @@ type Cluster struct {
 	extra  []*child
 	// links by (from, to) process name, when Options.Links. Guarded by mu.
 	links map[linkKey]*netfault.Link
+	// control is the control endpoint's address for cluster.json.
+	control string
 
 	closeOnce sync.Once
 	closeErr  error
@@ -267,7 +269,7 @@ func (c *Cluster) bindAll() ([]*net.TCPListener, error) {
 
 // writeFileLocked rewrites DIR/cluster.json from the current state. c.mu held.
 func (c *Cluster) writeFileLocked() error {
-	f := &clusterfile.File{Bootstrap: strings.Join(c.Bootstrap(), ",")}
+	f := &clusterfile.File{Bootstrap: strings.Join(c.Bootstrap(), ","), Control: c.control}
 	for _, ch := range c.children {
 		f.Processes = append(f.Processes, ch.proc)
 	}
@@ -333,6 +335,46 @@ func (c *Cluster) Running(name string) bool {
 		return false
 	}
 	return ch.liveLocked() != nil
+}
+
+// SetControl records the address of a control endpoint serving this
+// cluster in cluster.json (empty: none).
+func (c *Cluster) SetControl(addr string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.control = addr
+	return c.writeFileLocked()
+}
+
+// ProcessState is a process's state as ProcessStatus reports it.
+type ProcessState struct {
+	Proc clusterfile.Process
+	// State is "running", "paused", "exited" or "never started".
+	State string
+	// LastExit is how the last run ended ("" while running).
+	LastExit string
+}
+
+// ProcessStatus returns the named process's state.
+func (c *Cluster) ProcessStatus(name string) (ProcessState, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.byName[name]
+	if !ok {
+		return ProcessState{}, fmt.Errorf("launch: %q: %w", name, ErrUnknownProcess)
+	}
+	st := ProcessState{Proc: ch.proc}
+	switch r := ch.liveLocked(); {
+	case r != nil && r.paused:
+		st.State = "paused"
+	case r != nil:
+		st.State = "running"
+	case ch.run == nil:
+		st.State = "never started"
+	default:
+		st.State, st.LastExit = "exited", describeState(ch.run.state)
+	}
+	return st, nil
 }
 
 // Exited delivers an event for every child that exits without the launcher

@@ -17,7 +17,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/launch"
 )
 
-// Build compiles brokerd, cluster, producerd and consumerd from this module into a temporary
+// Build compiles brokerd, cluster, producerd, consumerd and chaos from this module into a temporary
 // directory and returns it with a function that removes it. Tests call it
 // once, from TestMain.
 func Build() (binDir string, cleanup func(), err error) {
@@ -28,7 +28,7 @@ func Build() (binDir string, cleanup func(), err error) {
 	cleanup = func() { os.RemoveAll(dir) }
 	root, err := moduleRoot()
 	if err == nil {
-		cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./brokerd", "./cluster", "./producerd", "./consumerd")
+		cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./brokerd", "./cluster", "./producerd", "./consumerd", "./chaos")
 		cmd.Dir = root
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		err = cmd.Run()

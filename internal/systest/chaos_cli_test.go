@@ -1,0 +1,157 @@
+package systest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/testcluster"
+)
+
+// chaosCmd runs the chaos binary and returns its exit code and output.
+func chaosCmd(t *testing.T, dir string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "chaos"), append(args, "--dir", dir)...)
+	if i := indexOf(args, "--"); i >= 0 { // flags for the started process stay last
+		cmd = exec.Command(filepath.Join(binDir, "chaos"), append(append(append([]string{}, args[:i]...), "--dir", dir), args[i:]...)...)
+	}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.ExitCode(), string(out)
+	case err != nil:
+		t.Fatalf("chaos %v: %v", args, err)
+	}
+	return 0, string(out)
+}
+
+func indexOf(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestChaosCLI drives a real `cluster up` (with its links) through the
+// chaos commands: status, isolate --leader-of (a new leader is elected
+// elsewhere), heal, pause --for, kill, restart, start a producer under the
+// cluster, and a clear error for an unknown name.
+func TestChaosCLI(t *testing.T) {
+	dir := t.TempDir()
+	up := exec.Command(filepath.Join(binDir, "cluster"), "up", "--dir", dir, "--brokers", "3", "--demo")
+	for i := 0; i+1 < len(testcluster.FastBrokerArgs); i += 2 {
+		up.Args = append(up.Args, "--broker-arg="+testcluster.FastBrokerArgs[i]+"="+testcluster.FastBrokerArgs[i+1])
+	}
+	stdout, err := up.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { up.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		up.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			up.Process.Kill()
+			<-exited
+		}
+	})
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "control endpoint:") {
+				close(ready)
+				break
+			}
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case <-ready:
+	case <-exited:
+		t.Fatal("cluster up exited before it was ready")
+	case <-time.After(60 * time.Second):
+		t.Fatal("cluster up not ready after 60s")
+	}
+
+	code, out := chaosCmd(t, dir, "status")
+	if code != 0 || !strings.Contains(out, "broker-3") || !strings.Contains(out, "6 links, all healthy") {
+		t.Fatalf("status: %d\n%s", code, out)
+	}
+	f, err := clusterfile.Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(client.Config{Bootstrap: strings.Split(f.Bootstrap, ","), MetadataMaxAge: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	leaderOf := func() int32 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cl.RefreshMetadata(ctx)
+		id, _, err := cl.Leader(ctx, "orders", 0)
+		if err != nil {
+			return -1
+		}
+		return id
+	}
+	old := leaderOf()
+	code, out = chaosCmd(t, dir, "isolate", "--leader-of", "orders/0")
+	if code != 0 || !strings.Contains(out, "isolated broker-") {
+		t.Fatalf("isolate: %d\n%s", code, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for leaderOf() == old || leaderOf() < 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("orders-0 still led by the isolated broker %d", old)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code, out = chaosCmd(t, dir, "status"); !strings.Contains(out, "4 with faults") {
+		t.Fatalf("status after isolate: %d\n%s", code, out)
+	}
+	if code, out = chaosCmd(t, dir, "heal"); code != 0 {
+		t.Fatalf("heal: %d %s", code, out)
+	}
+	if code, out = chaosCmd(t, dir, "pause", "broker-3", "--for", "1s"); code != 0 || !strings.Contains(out, "broker-3: paused") {
+		t.Fatalf("pause: %d %s", code, out)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if _, out = chaosCmd(t, dir, "status"); !strings.Contains(out, "running") || strings.Contains(out, "paused") {
+		t.Fatalf("broker-3 not resumed after --for 1s:\n%s", out)
+	}
+	if code, out = chaosCmd(t, dir, "kill", "broker-2"); code != 0 || !strings.Contains(out, "signal: killed") {
+		t.Fatalf("kill: %d %s", code, out)
+	}
+	if code, out = chaosCmd(t, dir, "restart", "broker-2"); code != 0 || !strings.Contains(out, "broker-2: running") {
+		t.Fatalf("restart: %d %s", code, out)
+	}
+	if code, out = chaosCmd(t, dir, "start", "producer-1", "--", "--topic", "orders", "--count", "20"); code != 0 {
+		t.Fatalf("start: %d %s", code, out)
+	}
+	if _, out = chaosCmd(t, dir, "status"); !strings.Contains(out, "producer-1") || !strings.Contains(out, "9 links") {
+		t.Fatalf("status after start (the producer gets a link to each broker):\n%s", out)
+	}
+	if code, out = chaosCmd(t, dir, "kill", "broker-9"); code != 2 || !strings.Contains(out, `no process "broker-9"`) {
+		t.Fatalf("unknown name: %d %s", code, out)
+	}
+}
