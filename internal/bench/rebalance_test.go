@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"syscall"
 	"testing"
 	"time"
@@ -66,7 +65,7 @@ func TestBenchRebalance(t *testing.T) {
 			}
 			lines = append(lines, h...)
 		}
-		moved, unowned, worst, lastAssign := unownedTime(lines, joinAt)
+		moved, unowned, worst, lastAssign := consumer.Unowned(lines, joinAt)
 		fmt.Printf("rebalance %-18s 3 -> 4 consumers, 12 partitions, heartbeat %v: all partitions owned again %.2f s after the join (group Stable after %.2f s); %d partitions changed hands; unowned %.2f partition-seconds (worst partition %.2f s)\n",
 			assignor, heartbeat, lastAssign.Sub(joinAt).Seconds(), settled.Seconds(), moved, unowned.Seconds(), worst.Seconds())
 	}
@@ -91,35 +90,4 @@ func waitMembers(t *testing.T, e *testcluster.Env, group string, n int) {
 		}
 		return total == 12
 	})
-}
-
-// unownedTime walks the merged histories in time order from t0: a
-// partition revoked (or lost) is unowned until someone is assigned it.
-func unownedTime(lines []consumer.HistoryLine, t0 time.Time) (moved int, total, worst time.Duration, lastAssign time.Time) {
-	sort.SliceStable(lines, func(i, j int) bool { return lines[i].At.Before(lines[j].At) })
-	since := map[int32]time.Time{}
-	lastAssign = t0
-	for _, l := range lines {
-		if l.At.Before(t0) {
-			continue
-		}
-		switch l.Type {
-		case consumer.HistoryRevoked, consumer.HistoryLost:
-			for _, p := range l.Partitions {
-				since[p] = l.At
-			}
-		case consumer.HistoryAssigned:
-			for _, p := range l.Partitions {
-				lastAssign = l.At
-				if s, ok := since[p]; ok {
-					d := l.At.Sub(s)
-					total += d
-					worst = max(worst, d)
-					delete(since, p)
-				}
-				moved++
-			}
-		}
-	}
-	return moved, total, worst, lastAssign
 }

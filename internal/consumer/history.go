@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 )
@@ -63,9 +65,11 @@ type HistoryWriter struct {
 	f  *os.File
 }
 
-// CreateHistory creates (truncates) path.
+// CreateHistory opens path for appending, creating it if missing: a
+// consumer restarted on the same history file (a crash, then a restart)
+// continues it.
 func CreateHistory(path string) (*HistoryWriter, error) {
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
@@ -123,4 +127,39 @@ func ReadHistory(path string) ([]HistoryLine, error) {
 		start = i + 1
 	}
 	return out, nil
+}
+
+// Unowned walks merged histories of a group's consumers in time order from
+// since: a partition revoked (or lost) is unowned until a consumer is
+// assigned it. It returns how many partitions were assigned after since,
+// the partition-seconds without owner, the worst partition's, and when
+// the last assignment happened (since when there was none).
+func Unowned(lines []HistoryLine, since time.Time) (assigned int, total, worst time.Duration, last time.Time) {
+	lines = slices.Clone(lines)
+	sort.SliceStable(lines, func(i, j int) bool { return lines[i].At.Before(lines[j].At) })
+	free := map[int32]time.Time{}
+	last = since
+	for _, l := range lines {
+		if l.At.Before(since) {
+			continue
+		}
+		switch l.Type {
+		case HistoryRevoked, HistoryLost:
+			for _, p := range l.Partitions {
+				free[p] = l.At
+			}
+		case HistoryAssigned:
+			for _, p := range l.Partitions {
+				last = l.At
+				if s, ok := free[p]; ok {
+					d := l.At.Sub(s)
+					total += d
+					worst = max(worst, d)
+					delete(free, p)
+				}
+				assigned++
+			}
+		}
+	}
+	return assigned, total, worst, last
 }
