@@ -3,6 +3,7 @@
 #   make cluster   build everything and start a local 3-broker cluster with topic `orders`
 #   make test      format and vet checks, generated-code drift check, every test (-race)
 #   make bench     throughput, latency, failover and idle-CPU figures (minutes)
+#   make chaos     every chaos experiment once, then a 10-minute nemesis (reports in .tapes/runs/)
 #   make proto     regenerate internal/gen from proto/ with buf (run through `go run`)
 
 BUF       := go run github.com/bufbuild/buf/cmd/buf@v1.75.0
@@ -11,7 +12,7 @@ BINARIES  := brokerd cluster producerd consumerd chaos
 GOTEST    ?= go test
 TESTFLAGS ?= -race -timeout 14m
 
-.PHONY: all build cluster test check proto proto-check lint-proto bench clean
+.PHONY: all build cluster test check proto proto-check lint-proto bench chaos clean
 
 all: build
 
@@ -43,6 +44,15 @@ proto-check:
 
 bench: build
 	TAPES_BENCH=1 $(GOTEST) -run '^TestBench' -v -timeout 60m ./internal/bench/
+
+# Each experiment on a fresh cluster; stops at the first whose expectation
+# does not hold. NEMESIS sets the long run's length.
+NEMESIS ?= 10m
+RUNS    := $(CURDIR)/.tapes/runs/$(shell date +%Y%m%d-%H%M%S)
+chaos: build
+	@for x in $$($(BIN)/chaos list | grep -E '^[a-z0-9-]+ \(' | cut -d' ' -f1); do \
+	  $(BIN)/chaos run $$x --out $(RUNS)/$$x || exit 1; done
+	$(BIN)/chaos run nemesis --duration $(NEMESIS) --out $(RUNS)/nemesis-long
 
 clean:
 	rm -rf $(BIN)
