@@ -483,3 +483,53 @@ func TestGroupSurvivesCoordinatorKill(t *testing.T) {
 		t.Fatalf("after the coordinator's kill: %+v; want 1500 delivered, none lost, no duplicate effect", st)
 	}
 }
+
+// TestConsumerControlEndpoint: pause stops processing while heartbeats go
+// on (the member keeps its partitions and generation past its session
+// timeout), resume continues, --commit auto commits on its timer, and crash
+// exits at once with code 3 without leaving.
+func TestConsumerControlEndpoint(t *testing.T) {
+	e := start(t, 3)
+	e.CreateTopic("orders", 2, 3, nil)
+	prod := startProducerd(t, e, "--topic", "orders", "--rate", "200", "--duration", "5m", "--name", "producer-1")
+	dir := t.TempDir()
+	c := startConsumer(t, e, dir, "ctl", "consumer-1", "--commit", "auto", "--auto-commit-interval", "500ms")
+	waitOwnership(t, e, 2, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctl := c.consumerControl()
+	if _, err := ctl.PauseConsumer(ctx, &tapesv1.PauseConsumerRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // a batch in progress finishes
+	before := status(t, c)
+	time.Sleep(3 * time.Second) // past the 2 s session timeout
+	paused := status(t, c)
+	if paused.State != "paused" || paused.Processed != before.Processed || paused.Generation != before.Generation || len(paused.Partitions) != 2 {
+		t.Fatalf("while paused: %+v (before: processed %d, generation %d); want no processing, same generation, both partitions kept",
+			paused, before.Processed, before.Generation)
+	}
+	if _, err := ctl.ResumeConsumer(ctx, &tapesv1.ResumeConsumerRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitFor(10*time.Second, "processing to go on after resume", func() bool { return status(t, c).Processed > paused.Processed })
+	if st := status(t, c); st.Generation != before.Generation {
+		t.Fatalf("generation moved from %d to %d: the pause cost the member its partitions", before.Generation, st.Generation)
+	}
+	commits := 0
+	for _, l := range history(t, dir, "consumer-1") {
+		if l.Type == consumer.HistoryCommit && l.Status == "ok" {
+			commits++
+		}
+	}
+	if commits < 2 {
+		t.Fatalf("--commit auto made %d commits", commits)
+	}
+	if _, err := ctl.CrashConsumer(ctx, &tapesv1.CrashConsumerRequest{}); err != nil && !strings.Contains(err.Error(), "Unavailable") {
+		t.Fatal(err)
+	}
+	if code := c.wait(10 * time.Second); code != 3 {
+		t.Fatalf("crash: exit %d, want 3", code)
+	}
+	prod.control().Stop(ctx, &tapesv1.StopRequest{})
+}
