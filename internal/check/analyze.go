@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -199,9 +198,9 @@ func splitEventID(id string) (prefix string, n int64, ok bool) {
 func (a *analysis) load() error {
 	a.acked = map[string]int{}
 	for _, path := range a.in.ProducerHistories {
-		lines, err := readProducerHistory(path)
+		lines, err := producer.ReadHistoryFile(path)
 		if err != nil {
-			return err
+			return fmt.Errorf("check: producer %w", err)
 		}
 		for _, l := range lines {
 			s := send{line: l, id: identity(l.EventID, l.Value)}
@@ -233,19 +232,6 @@ func (a *analysis) load() error {
 		a.consumers = append(a.consumers, consumerFile{path: path, lines: lines})
 	}
 	return nil
-}
-
-func readProducerHistory(path string) ([]producer.HistoryLine, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("check: producer history: %w", err)
-	}
-	defer f.Close()
-	lines, err := producer.ReadHistory(f)
-	if err != nil {
-		return nil, fmt.Errorf("check: producer history %s: %w", path, err)
-	}
-	return lines, nil
 }
 
 // eachObs calls fn with every observation of a record at a position:

@@ -3,7 +3,6 @@ package experiment
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/check"
@@ -138,11 +137,11 @@ func minInsync(ctx context.Context, e *Env) error {
 }
 
 func minInsyncVerdict(e *Env, _ *check.Result) []string {
-	all, err := readProducer(e.History("producer-1"))
+	all, err := producer.ReadHistoryFile(e.History("producer-1"))
 	if err != nil {
 		return []string{err.Error()}
 	}
-	one, err := readProducer(e.History("producer-2"))
+	one, err := producer.ReadHistoryFile(e.History("producer-2"))
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -179,18 +178,4 @@ func minInsyncVerdict(e *Env, _ *check.Result) []string {
 		why = append(why, "acks=all sends did not succeed again after the follower came back")
 	}
 	return why
-}
-
-// readProducer reads a producer history file.
-func readProducer(path string) ([]producer.HistoryLine, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	lines, err := producer.ReadHistory(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return lines, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/check"
+	"github.com/tapes-dev/tapes/internal/producer"
 	"github.com/tapes-dev/tapes/internal/report"
 )
 
@@ -64,7 +65,7 @@ func leaderKillsVerdict(e *Env, _ *check.Result) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	prod, err := readProducer(e.History("producer-1"))
+	prod, err := producer.ReadHistoryFile(e.History("producer-1"))
 	if err != nil {
 		return []string{err.Error()}
 	}

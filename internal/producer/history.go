@@ -261,6 +261,20 @@ func appendJSONString(buf []byte, s []byte) []byte {
 	return append(buf, '"')
 }
 
+// ReadHistoryFile reads the history file at path (see ReadHistory).
+func ReadHistoryFile(path string) ([]HistoryLine, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	defer f.Close()
+	lines, err := ReadHistory(f)
+	if err != nil {
+		return nil, fmt.Errorf("history %s: %w", path, err)
+	}
+	return lines, nil
+}
+
 // ReadHistory parses a history file. A torn last line (a process killed in
 // the middle of a write) is ignored; any other bad line is an error.
 func ReadHistory(r io.Reader) ([]HistoryLine, error) {

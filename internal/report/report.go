@@ -134,14 +134,7 @@ type historyFile[L any] struct {
 func load(dir string) (inputs, error) {
 	var in inputs
 	var err error
-	in.producers, err = loadHistories(dir, ProducerGlob, func(path string) ([]producer.HistoryLine, error) {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		return producer.ReadHistory(f)
-	})
+	in.producers, err = loadHistories(dir, ProducerGlob, producer.ReadHistoryFile)
 	if err != nil {
 		return in, err
 	}

@@ -212,7 +212,7 @@ func readAcked(paths []string) ([]string, error) {
 	seen := map[string]bool{}
 	var ids []string
 	for _, p := range paths {
-		lines, err := readHistoryFile(p)
+		lines, err := producer.ReadHistoryFile(p)
 		if err != nil {
 			return nil, err
 		}
@@ -224,19 +224,6 @@ func readAcked(paths []string) ([]string, error) {
 		}
 	}
 	return ids, nil
-}
-
-func readHistoryFile(path string) ([]producer.HistoryLine, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("history: %w", err)
-	}
-	defer f.Close()
-	lines, err := producer.ReadHistory(f)
-	if err != nil {
-		return nil, fmt.Errorf("history %s: %w", path, err)
-	}
-	return lines, nil
 }
 
 func appendCapped(ids []string, id string) []string {
