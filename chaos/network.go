@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +13,8 @@ import (
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/clusterfile"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/launch"
+	"github.com/tapes-dev/tapes/internal/netfault"
 )
 
 // networkCommand is one of the link faults: partition, isolate, delay, heal.
@@ -110,7 +111,11 @@ func (c networkCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 
-	var changes []*tapesv1.LinkInfo
+	links, err := linkStates(st)
+	if err != nil {
+		return err
+	}
+	var changes []launch.LinkState
 	var what string
 	switch c.verb {
 	case "partition":
@@ -128,7 +133,7 @@ func (c networkCommand) Run(ctx context.Context, args []string) error {
 			}
 			others = append(others, o)
 		}
-		changes = cut(st, name, others, *oneWay)
+		changes = launch.CutChanges(links, name, others, *oneWay)
 		what = fmt.Sprintf("cut %s from %s", name, strings.Join(others, ", "))
 		if *oneWay {
 			what = fmt.Sprintf("cut what %s send to %s (one way)", strings.Join(others, ", "), name)
@@ -143,51 +148,46 @@ func (c networkCommand) Run(ctx context.Context, args []string) error {
 				others = append(others, p.Name)
 			}
 		}
-		changes = cut(st, name, others, false)
+		changes = launch.CutChanges(links, name, others, false)
 		what = fmt.Sprintf("isolated %s from the other brokers (clients still reach it)", name)
 	case "delay":
 		if *ms < 0 || *jitter < 0 || *ms == 0 && *jitter == 0 {
 			return fmt.Errorf("%w: delay needs --ms > 0 (and --jitter >= 0), got --ms %d --jitter %d", errUsage, *ms, *jitter)
 		}
-		for _, l := range st.Links {
-			if l.From == name || l.To == name {
-				changes = append(changes, &tapesv1.LinkInfo{From: l.From, To: l.To, Mode: l.Mode, DelayMs: int32(*ms), JitterMs: int32(*jitter)})
-			}
-		}
+		changes = launch.DelayChanges(links, name, time.Duration(*ms)*time.Millisecond, time.Duration(*jitter)*time.Millisecond)
 		what = fmt.Sprintf("delayed every link of %s by %d ms ± %d ms", name, *ms, *jitter)
 	}
 	if len(changes) == 0 {
 		return fmt.Errorf("%s has no links to change: was `cluster up` started with --links=false?", name)
 	}
-	if _, err := cc.SetLinks(ctx, &tapesv1.SetLinksRequest{Links: changes}); err != nil {
+	if _, err := cc.SetLinks(ctx, &tapesv1.SetLinksRequest{Links: linkInfos(changes)}); err != nil {
 		return fmt.Errorf("%s: %w", c.verb, err)
 	}
 	fmt.Fprintf(c.stdout, "%s (%d links); undo with `chaos heal`\n", what, len(changes))
 	return nil
 }
 
-// cut returns the link changes that stop bytes between name and each of
-// others (only those from others to name, one way). A connection's bytes
-// from X to Y travel forward on link X->Y and back on link Y->X.
-func cut(st *tapesv1.ClusterStatusResponse, name string, others []string, oneWay bool) []*tapesv1.LinkInfo {
-	var out []*tapesv1.LinkInfo
-	for _, l := range st.Links {
-		var mode string
-		switch {
-		case l.From == name && slices.Contains(others, l.To):
-			mode = "blackhole"
-			if oneWay {
-				mode = "drop-back" // answers from the other side to name
-			}
-		case l.To == name && slices.Contains(others, l.From):
-			mode = "blackhole"
-			if oneWay {
-				mode = "drop-forward" // requests from the other side to name
-			}
-		default:
-			continue
+// linkStates converts the links of a status to the launcher's form (for
+// launch.CutChanges and launch.DelayChanges).
+func linkStates(st *tapesv1.ClusterStatusResponse) ([]launch.LinkState, error) {
+	out := make([]launch.LinkState, len(st.Links))
+	for i, l := range st.Links {
+		m, err := netfault.ParseMode(l.Mode)
+		if err != nil {
+			return nil, fmt.Errorf("link %s->%s: %w", l.From, l.To, err)
 		}
-		out = append(out, &tapesv1.LinkInfo{From: l.From, To: l.To, Mode: mode, DelayMs: l.DelayMs, JitterMs: l.JitterMs})
+		out[i] = launch.LinkState{From: l.From, To: l.To, Mode: m,
+			Delay: time.Duration(l.DelayMs) * time.Millisecond, Jitter: time.Duration(l.JitterMs) * time.Millisecond}
+	}
+	return out, nil
+}
+
+// linkInfos converts link changes back for SetLinks.
+func linkInfos(changes []launch.LinkState) []*tapesv1.LinkInfo {
+	out := make([]*tapesv1.LinkInfo, len(changes))
+	for i, l := range changes {
+		out[i] = &tapesv1.LinkInfo{From: l.From, To: l.To, Mode: l.Mode.String(),
+			DelayMs: int32(l.Delay / time.Millisecond), JitterMs: int32(l.Jitter / time.Millisecond)}
 	}
 	return out
 }

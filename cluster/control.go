@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -131,21 +130,11 @@ func (s *controlServer) StartProcess(_ context.Context, req *tapesv1.StartProces
 	return &tapesv1.StartProcessResponse{Process: pi}, err
 }
 
-// parseMode is the inverse of netfault.Mode.String.
-func parseMode(s string) (netfault.Mode, error) {
-	for _, m := range []netfault.Mode{netfault.Pass, netfault.Blackhole, netfault.DropBack, netfault.DropFwd} {
-		if m.String() == s {
-			return m, nil
-		}
-	}
-	return 0, fmt.Errorf("link mode %q: want pass, blackhole, drop-back or drop-forward", s)
-}
-
 // SetLinks validates every change before applying any.
 func (s *controlServer) SetLinks(_ context.Context, req *tapesv1.SetLinksRequest) (*tapesv1.SetLinksResponse, error) {
 	modes := make([]netfault.Mode, len(req.Links))
 	for i, l := range req.Links {
-		m, err := parseMode(l.Mode)
+		m, err := netfault.ParseMode(l.Mode)
 		if err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}

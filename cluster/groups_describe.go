@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/clitext"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 )
 
@@ -72,56 +71,19 @@ func (c *groupsCommand) writeGroupState(ctx context.Context, cl *client.Client, 
 	if fc, err := cl.FindCoordinator(ctx, d.GetGroupId()); err == nil && fc.GetNodeId() == d.GetCoordinatorId() {
 		coordinator = fmt.Sprintf("%s (%d)", fc.GetAddress(), fc.GetNodeId())
 	}
-	tw := newGroupsTable(c.stdout)
-	groupsRow(tw, "GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "GENERATION", "#MEMBERS")
-	groupsRow(tw, d.GetGroupId(), coordinator, groupsCell(d.GetProtocol()), d.GetState(),
-		strconv.Itoa(int(d.GetGenerationId())), strconv.Itoa(len(d.GetMembers())))
-	return tw.Flush()
+	return clitext.WriteGroupState(c.stdout, d, coordinator)
 }
 
 // writeGroupMembers prints the --members table, one line per member sorted
 // by member id.
 func (c *groupsCommand) writeGroupMembers(d *tapesv1.GroupDescription) error {
-	ms := append([]*tapesv1.GroupMember(nil), d.GetMembers()...)
-	sort.Slice(ms, func(i, j int) bool { return ms[i].GetMemberId() < ms[j].GetMemberId() })
-	tw := newGroupsTable(c.stdout)
-	groupsRow(tw, "GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT")
-	for _, m := range ms {
-		groupsRow(tw, d.GetGroupId(), m.GetMemberId(), groupsCell(m.GetHost()), groupsCell(m.GetClientId()),
-			strconv.Itoa(countGroupPartitions(m.GetAssignment())), formatGroupAssignment(m.GetAssignment()))
-	}
-	if err := tw.Flush(); err != nil {
+	if err := clitext.WriteGroupMembers(c.stdout, d); err != nil {
 		return err
 	}
-	if len(ms) == 0 {
-		fmt.Fprintf(c.stderr, "Consumer group '%s' has no active members.\n", d.GetGroupId())
+	if len(d.GetMembers()) == 0 {
+		fmt.Fprint(c.stderr, clitext.NoMembersNote(d.GetGroupId()))
 	}
 	return nil
-}
-
-// groupTP names one partition.
-type groupTP struct {
-	topic     string
-	partition int32
-}
-
-func (tp groupTP) String() string { return fmt.Sprintf("%s-%d", tp.topic, tp.partition) }
-
-// groupOffsetRow is one line of the default describe table.
-type groupOffsetRow struct {
-	groupTP
-	current  int64 // -1: nothing committed
-	logEnd   int64 // -1: unknown
-	logStart int64 // -1: unknown
-	owner    *tapesv1.GroupMember
-	lagTime  string
-}
-
-func (r *groupOffsetRow) lag() int64 {
-	if r.current < 0 || r.logEnd < 0 {
-		return -1
-	}
-	return max(0, r.logEnd-r.current)
 }
 
 // writeGroupOffsets prints the default table: one line per partition the
@@ -132,84 +94,20 @@ func (c *groupsCommand) writeGroupOffsets(ctx context.Context, cl *client.Client
 	if err != nil {
 		return err
 	}
-	rows := map[groupTP]*groupOffsetRow{}
-	get := func(tp groupTP) *groupOffsetRow {
-		r := rows[tp]
-		if r == nil {
-			r = &groupOffsetRow{groupTP: tp, current: -1, logEnd: -1, logStart: -1}
-			rows[tp] = r
-		}
-		return r
-	}
-	topics := map[string]bool{}
-	for _, co := range committed {
-		if co.GetOffset() < 0 {
-			continue
-		}
-		get(groupTP{co.GetTopic(), co.GetPartition()}).current = co.GetOffset()
-		topics[co.GetTopic()] = true
-	}
-	for _, m := range d.GetMembers() {
-		for _, tps := range m.GetAssignment() {
-			for _, p := range tps.GetPartitions() {
-				get(groupTP{tps.GetTopic(), p}).owner = m
-				topics[tps.GetTopic()] = true
-			}
-		}
-	}
-	if len(topics) > 0 {
-		names := make([]string, 0, len(topics))
-		for t := range topics {
-			names = append(names, t)
-		}
-		sort.Strings(names)
+	g := clitext.NewGroupOffsets(d, committed)
+	if names := g.Topics(); len(names) > 0 {
 		md, err := cl.Metadata(ctx, names, true)
 		if err != nil {
 			return err
 		}
-		for _, tm := range md.GetTopics() {
-			if !topics[tm.GetName()] {
-				continue
-			}
-			// A deleted topic keeps only the rows of its committed or
-			// assigned partitions, with an unknown log end.
-			for _, pm := range tm.GetPartitions() {
-				r := get(groupTP{tm.GetName(), pm.GetPartition()})
-				r.logEnd, r.logStart = pm.GetHighWatermark(), pm.GetLogStartOffset()
-			}
-		}
+		g.AddMetadata(md.GetTopics())
 	}
-	list := make([]*groupOffsetRow, 0, len(rows))
-	for _, r := range rows {
-		list = append(list, r)
-	}
-	sort.Slice(list, func(i, j int) bool {
-		if list[i].topic != list[j].topic {
-			return list[i].topic < list[j].topic
-		}
-		return list[i].partition < list[j].partition
-	})
+	list := g.Rows()
 	c.fillLagTimes(ctx, cl, list, time.Now())
-
-	tw := newGroupsTable(c.stdout)
-	groupsRow(tw, "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID", "LAG-TIME")
-	for _, r := range list {
-		consumer, host, clientID := "-", "-", "-"
-		if m := r.owner; m != nil {
-			consumer, host, clientID = groupsCell(m.GetMemberId()), groupsCell(m.GetHost()), groupsCell(m.GetClientId())
-		}
-		groupsRow(tw, group, r.topic, strconv.Itoa(int(r.partition)), groupsOffsetCell(r.current),
-			groupsOffsetCell(r.logEnd), groupsOffsetCell(r.lag()), consumer, host, clientID, r.lagTime)
-	}
-	if err := tw.Flush(); err != nil {
+	if err := clitext.WriteGroupOffsets(c.stdout, group, list); err != nil {
 		return err
 	}
-	switch d.GetState() {
-	case groupEmpty:
-		fmt.Fprintf(c.stderr, "Consumer group '%s' has no active members.\n", group)
-	case "PreparingRebalance", "CompletingRebalance":
-		fmt.Fprintf(c.stderr, "Warning: consumer group '%s' is rebalancing (%s).\n", group, d.GetState())
-	}
+	fmt.Fprint(c.stderr, clitext.GroupOffsetsNote(d))
 	return nil
 }
 
@@ -220,22 +118,15 @@ const lagTimeParallelism = 8
 // "0s" without lag, else the age of the record at the committed offset (at
 // the log start when retention removed it), read with one small fetch per
 // partition. A fetch that fails shows "?" and is reported on stderr.
-func (c *groupsCommand) fillLagTimes(ctx context.Context, cl *client.Client, rows []*groupOffsetRow, now time.Time) {
+func (c *groupsCommand) fillLagTimes(ctx context.Context, cl *client.Client, rows []*clitext.GroupOffsetRow, now time.Time) {
 	var (
 		wg  sync.WaitGroup
 		mu  sync.Mutex
 		sem = make(chan struct{}, lagTimeParallelism)
 	)
 	for _, r := range rows {
-		switch lag := r.lag(); {
-		case r.current < 0:
-			r.lagTime = "-"
-			continue
-		case lag < 0:
-			r.lagTime = "?" // log end unknown
-			continue
-		case lag == 0:
-			r.lagTime = "0s"
+		if cell, ok := r.LagTimeCell(); ok {
+			r.LagTime = cell
 			continue
 		}
 		wg.Go(func() {
@@ -245,11 +136,11 @@ func (c *groupsCommand) fillLagTimes(ctx context.Context, cl *client.Client, row
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				r.lagTime = "?"
-				fmt.Fprintf(c.stderr, "lag time of %s: %v\n", r.groupTP, err)
+				r.LagTime = "?"
+				fmt.Fprintf(c.stderr, "lag time of %s: %v\n", r.TP, err)
 				return
 			}
-			r.lagTime = formatLagTime(now.Sub(time.UnixMilli(ts)))
+			r.LagTime = clitext.LagTime(now.Sub(time.UnixMilli(ts)))
 		})
 	}
 	wg.Wait()
@@ -257,9 +148,9 @@ func (c *groupsCommand) fillLagTimes(ctx context.Context, cl *client.Client, row
 
 // oldestUnconsumedTimestamp returns the timestamp of the record at r's
 // committed offset, or at the log start when that is later.
-func oldestUnconsumedTimestamp(ctx context.Context, cl *client.Client, r *groupOffsetRow) (int64, error) {
-	off := max(r.current, r.logStart)
-	resp, err := cl.Fetch(ctx, &tapesv1.FetchRequest{Topic: r.topic, Partition: r.partition, Offset: off, MaxBytes: 1})
+func oldestUnconsumedTimestamp(ctx context.Context, cl *client.Client, r *clitext.GroupOffsetRow) (int64, error) {
+	off := r.OldestUnconsumed()
+	resp, err := cl.Fetch(ctx, &tapesv1.FetchRequest{Topic: r.Topic, Partition: r.Partition, Offset: off, MaxBytes: 1})
 	if err != nil {
 		return 0, err
 	}
@@ -269,19 +160,4 @@ func oldestUnconsumedTimestamp(ctx context.Context, cl *client.Client, r *groupO
 		}
 	}
 	return 0, fmt.Errorf("no record at offset %d (high watermark %d)", off, resp.GetHighWatermark())
-}
-
-// formatLagTime prints an age: milliseconds under a second, tenths of a
-// second under a minute, whole seconds above ("350ms", "12.3s", "1h2m5s");
-// a negative age (clock skew) is "0s".
-func formatLagTime(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "0s"
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	}
-	return d.Round(time.Second).String()
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/tapes-dev/tapes/internal/clitext"
 )
 
 // list is `cluster groups list`: one line per group with its state and
@@ -34,15 +36,15 @@ func (c *groupsCommand) list(ctx context.Context, args []string) error {
 	if listErr != nil && len(groups) == 0 {
 		return listErr
 	}
-	tw := newGroupsTable(c.stdout)
-	groupsRow(tw, "GROUP", "STATE", "COORDINATOR")
+	tw := clitext.NewTable(c.stdout)
+	clitext.Row(tw, "GROUP", "STATE", "COORDINATOR")
 	seen := map[string]bool{}
 	for _, g := range groups { // sorted by the client
 		if seen[g.GetGroupId()] { // two brokers during a coordinator move
 			continue
 		}
 		seen[g.GetGroupId()] = true
-		groupsRow(tw, g.GetGroupId(), g.GetState(), strconv.Itoa(int(g.GetCoordinatorId())))
+		clitext.Row(tw, g.GetGroupId(), g.GetState(), strconv.Itoa(int(g.GetCoordinatorId())))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -8,12 +8,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/tapes-dev/tapes/internal/client"
-	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
-	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/clitext"
+	"github.com/tapes-dev/tapes/internal/offsetreset"
 )
 
 const groupsResetAbout = `Computes new committed offsets for a group's partitions of one topic (all of them, or those
@@ -29,24 +27,6 @@ run: the table GROUP TOPIC PARTITION NEW-OFFSET CURRENT-OFFSET is printed and no
 committed. With --execute the offsets are committed as an admin commit (generation -1, no
 member), which the coordinator accepts only while the group has no members: stop its
 consumers first. A group that does not exist yet is created with these offsets.`
-
-// resetStrategy is the chosen reset strategy and its argument.
-type resetStrategy struct {
-	name     string // the flag, e.g. "to-offset"
-	offset   int64  // --to-offset, --shift-by
-	datetime time.Time
-}
-
-// String names the strategy and its value for error messages.
-func (s resetStrategy) String() string {
-	switch s.name {
-	case "to-offset", "shift-by":
-		return fmt.Sprintf("--%s %d", s.name, s.offset)
-	case "to-datetime":
-		return "--to-datetime " + s.datetime.Format(time.RFC3339Nano)
-	}
-	return "--" + s.name
-}
 
 // resetOffsets is `cluster groups reset-offsets GROUP --topic T STRATEGY`.
 func (c *groupsCommand) resetOffsets(ctx context.Context, args []string) error {
@@ -81,12 +61,12 @@ func (c *groupsCommand) resetOffsets(ctx context.Context, args []string) error {
 		return fmt.Errorf("%w: want exactly one GROUP, got %d arguments %q", errUsage, len(pos), pos)
 	}
 	group := pos[0]
-	var strategy resetStrategy
+	var strategy offsetreset.Strategy
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "to-earliest", "to-latest", "to-offset", "shift-by", "to-datetime":
 			strategyNum++
-			strategy.name = f.Name
+			strategy.Name = f.Name
 		}
 	})
 	switch {
@@ -97,7 +77,7 @@ func (c *groupsCommand) resetOffsets(ctx context.Context, args []string) error {
 	case execute && dryRun:
 		return fmt.Errorf("%w: --execute and --dry-run are exclusive", errUsage)
 	}
-	switch strategy.name {
+	switch strategy.Name {
 	case "to-earliest":
 		if !toEarliest {
 			return fmt.Errorf("%w: --to-earliest=false: leave the flag out instead", errUsage)
@@ -110,15 +90,15 @@ func (c *groupsCommand) resetOffsets(ctx context.Context, args []string) error {
 		if toOffset < 0 {
 			return fmt.Errorf("%w: --to-offset %d: offsets are 0 or more", errUsage, toOffset)
 		}
-		strategy.offset = toOffset
+		strategy.Offset = toOffset
 	case "shift-by":
-		strategy.offset = shiftBy
+		strategy.Offset = shiftBy
 	case "to-datetime":
 		ts, err := parseResetDatetime(toDatetime)
 		if err != nil {
 			return fmt.Errorf("%w: --to-datetime %q: %v", errUsage, toDatetime, err)
 		}
-		strategy.datetime = ts
+		strategy.Datetime = ts
 	}
 	topic, partitions, err := parseResetTopic(topicFlag)
 	if err != nil {
@@ -133,36 +113,22 @@ func (c *groupsCommand) resetOffsets(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 
-	d, err := cl.DescribeGroup(ctx, group)
-	if err != nil {
+	if err := offsetreset.CheckEmpty(ctx, cl, group); err != nil {
 		return err
 	}
-	if st := d.GetState(); st != groupEmpty && st != groupDead {
-		return fmt.Errorf("reset-offsets: group %s has %s: stop them first", group, groupMembersSummary(d))
-	}
-	plan, err := planReset(ctx, cl, group, topic, partitions, strategy)
+	plan, err := offsetreset.Compute(ctx, cl, group, topic, partitions, strategy)
 	if err != nil {
 		return err
 	}
 	if execute {
-		req := &tapesv1.OffsetCommitRequest{GroupId: group, GenerationId: -1}
-		for _, p := range plan {
-			req.Offsets = append(req.Offsets, &tapesv1.OffsetCommitPartition{Topic: topic, Partition: p.partition, Offset: p.next})
-		}
-		if err := cl.OffsetCommit(ctx, req); err != nil {
-			if kerr.Is(err, kerr.UnknownMemberID) { // members joined since the check
-				if d, derr := cl.DescribeGroup(ctx, group); derr == nil && len(d.GetMembers()) > 0 {
-					return fmt.Errorf("reset-offsets: group %s has %s: stop them first: %w", group, groupMembersSummary(d), err)
-				}
-				return fmt.Errorf("reset-offsets: group %s has active members: stop them first: %w", group, err)
-			}
+		if err := offsetreset.Commit(ctx, cl, group, topic, plan); err != nil {
 			return err
 		}
 	}
-	tw := newGroupsTable(c.stdout)
-	groupsRow(tw, "GROUP", "TOPIC", "PARTITION", "NEW-OFFSET", "CURRENT-OFFSET")
+	tw := clitext.NewTable(c.stdout)
+	clitext.Row(tw, "GROUP", "TOPIC", "PARTITION", "NEW-OFFSET", "CURRENT-OFFSET")
 	for _, p := range plan {
-		groupsRow(tw, group, topic, strconv.Itoa(int(p.partition)), strconv.FormatInt(p.next, 10), groupsOffsetCell(p.current))
+		clitext.Row(tw, group, topic, strconv.Itoa(int(p.Partition)), strconv.FormatInt(p.Next, 10), clitext.OffsetCell(p.Current))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -217,145 +183,4 @@ func parseResetTopic(s string) (string, []int32, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return name, out, nil
-}
-
-// resetPlan is the new offset of one partition.
-type resetPlan struct {
-	partition int32
-	current   int64 // -1: nothing committed
-	next      int64
-}
-
-// planReset computes the new offset of each partition of topic (or of the
-// listed ones), clamped to [log start, log end].
-func planReset(ctx context.Context, cl *client.Client, group, topic string, partitions []int32, s resetStrategy) ([]resetPlan, error) {
-	md, err := cl.Metadata(ctx, []string{topic}, false)
-	if err != nil {
-		return nil, err
-	}
-	var tm *tapesv1.TopicMetadata
-	for _, m := range md.GetTopics() {
-		if m.GetName() == topic {
-			tm = m
-		}
-	}
-	if tm == nil {
-		return nil, kerr.New(kerr.UnknownTopicOrPartition, "--topic %s: topic does not exist", topic)
-	}
-	if err := kerr.FromDetail(tm.GetError()); err != nil && len(tm.GetPartitions()) == 0 {
-		return nil, fmt.Errorf("--topic %s: %w", topic, err)
-	}
-	exists := map[int32]bool{}
-	for _, pm := range tm.GetPartitions() {
-		exists[pm.GetPartition()] = true
-	}
-	if partitions == nil {
-		for p := range exists {
-			partitions = append(partitions, p)
-		}
-		sort.Slice(partitions, func(i, j int) bool { return partitions[i] < partitions[j] })
-	}
-	var missing []string
-	for _, p := range partitions {
-		if !exists[p] {
-			missing = append(missing, strconv.Itoa(int(p)))
-		}
-	}
-	if len(missing) > 0 {
-		return nil, kerr.New(kerr.UnknownTopicOrPartition, "--topic %s: topic %s has %d partitions; no partition %s",
-			topic, topic, len(exists), strings.Join(missing, ", "))
-	}
-	if len(partitions) == 0 {
-		return nil, fmt.Errorf("--topic %s: the topic has no partitions", topic)
-	}
-
-	req := []*tapesv1.TopicPartitions{{Topic: topic, Partitions: partitions}}
-	committed, err := cl.OffsetFetch(ctx, group, req)
-	if err != nil {
-		return nil, err
-	}
-	current := map[int32]int64{}
-	for _, co := range committed {
-		if co.GetTopic() == topic {
-			current[co.GetPartition()] = co.GetOffset()
-		}
-	}
-	plan := make([]resetPlan, len(partitions))
-	var uncommitted []string
-	for i, p := range partitions {
-		cur, ok := current[p]
-		if !ok || cur < 0 {
-			cur = -1
-			uncommitted = append(uncommitted, fmt.Sprintf("%s-%d", topic, p))
-		}
-		plan[i] = resetPlan{partition: p, current: cur}
-	}
-	if s.name == "shift-by" && len(uncommitted) > 0 {
-		return nil, fmt.Errorf("%v: group %s has no committed offset for %s to shift; reset those with another strategy (--topic %s:P,...)",
-			s, group, strings.Join(uncommitted, ", "), topic)
-	}
-
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for i := range plan {
-		wg.Go(func() {
-			next, err := newResetOffset(ctx, cl, topic, &plan[i], s)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s-%d: %w", topic, plan[i].partition, err))
-				return
-			}
-			plan[i].next = next
-		})
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
-		return nil, errors.Join(errs...)
-	}
-	return plan, nil
-}
-
-// newResetOffset computes one partition's new offset from its leader's
-// log bounds.
-func newResetOffset(ctx context.Context, cl *client.Client, topic string, p *resetPlan, s resetStrategy) (int64, error) {
-	start, err := cl.ListOffsets(ctx, topic, p.partition, client.EarliestOffset)
-	if err != nil {
-		return 0, err
-	}
-	end, err := cl.ListOffsets(ctx, topic, p.partition, client.LatestOffset)
-	if err != nil {
-		return 0, err
-	}
-	lo, hi := start.GetOffset(), end.GetOffset()
-	var next int64
-	switch s.name {
-	case "to-earliest":
-		next = lo
-	case "to-latest":
-		next = hi
-	case "to-offset":
-		next = s.offset
-	case "shift-by":
-		next = p.current + s.offset
-		if s.offset > 0 && next < p.current { // overflow
-			next = hi
-		}
-	case "to-datetime":
-		at, err := cl.ListOffsets(ctx, topic, p.partition, s.datetime.UnixMilli())
-		if err != nil {
-			return 0, err
-		}
-		next = at.GetOffset()
-		if next < 0 { // no record that recent
-			next = hi
-		}
-	default:
-		return 0, fmt.Errorf("unknown strategy %q", s.name)
-	}
-	return min(max(next, lo), hi), nil
 }

@@ -430,31 +430,6 @@ func TestGroupsCommandLineMistakes(t *testing.T) {
 	}
 }
 
-func TestFormatLagTime(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		-time.Second:                          "0s",
-		0:                                     "0s",
-		350 * time.Millisecond:                "350ms",
-		12340 * time.Millisecond:              "12.3s",
-		time.Hour + 2*time.Minute + 5:         "1h2m0s",
-		3*time.Minute + 1600*time.Millisecond: "3m2s",
-	} {
-		if got := formatLagTime(d); got != want {
-			t.Errorf("formatLagTime(%v) = %q, want %q", d, got, want)
-		}
-	}
-}
-
-func TestFormatGroupAssignment(t *testing.T) {
-	got := formatGroupAssignment([]*tapesv1.TopicPartitions{{Topic: "pay", Partitions: []int32{2}}, {Topic: "orders", Partitions: []int32{1, 0}}, {Topic: "none"}})
-	if got != "orders(0,1),pay(2)" {
-		t.Fatalf("formatGroupAssignment = %q", got)
-	}
-	if got := formatGroupAssignment(nil); got != "-" {
-		t.Fatalf("formatGroupAssignment(nil) = %q", got)
-	}
-}
-
 // joiningGroups is a GroupService whose group is Empty when first
 // described and gains a member before the commit: the race between
 // reset-offsets' check and its admin commit.

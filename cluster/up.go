@@ -16,7 +16,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/dashboard"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/launch"
@@ -67,6 +69,7 @@ func (u *upCommand) Run(ctx context.Context, args []string) error {
 	timeout := fs.Duration("timeout", time.Minute, "how long to wait for the cluster (and the demo topic) to be ready")
 	links := fs.Bool("links", true, "route every connection between processes (broker to broker, producer or consumer to broker) through a fault-injection link the launcher owns, so that `chaos` can cut, delay and heal it; --links=false connects them directly")
 	controlListen := fs.String("control-listen", "127.0.0.1:0", "`ADDR` of the control endpoint (tapes.v1.ClusterControlService) that `chaos` drives; port 0: any free port")
+	webListen := fs.String("web-listen", "127.0.0.1:0", "`ADDR` of the live page (HTTP); port 0: any free port; empty: no page")
 	rest, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -125,7 +128,12 @@ func (u *upCommand) Run(ctx context.Context, args []string) error {
 		return errors.Join(err, u.shutdown(c, ""))
 	}
 	defer stopControl()
-	u.printSummary(c, topic, dirHint(*dir, set["dir"]))
+	stopWeb, web, err := serveDashboard(ctx, c, *webListen, u.stderr)
+	if err != nil {
+		return errors.Join(err, u.shutdown(c, ""))
+	}
+	defer stopWeb()
+	u.printSummary(c, topic, dirHint(*dir, set["dir"]), web)
 	return u.supervise(ctx, c)
 }
 
@@ -147,6 +155,52 @@ func serveControl(c *launch.Cluster, addr string) (func(), error) {
 		srv.Stop()
 		_ = c.SetControl("")
 	}, nil
+}
+
+// serveDashboard serves the live page (internal/dashboard) for c on addr
+// until ctx ends or the returned func is called; it returns the page's
+// address ("" and no server when addr is empty).
+func serveDashboard(ctx context.Context, c *launch.Cluster, addr string, stderr io.Writer) (func(), string, error) {
+	if addr == "" {
+		return func() {}, "", nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("--web-listen %s: %w", addr, err)
+	}
+	// The page observes: it dials the brokers directly, never through the
+	// links, and gives up on a paused broker within a second.
+	cl, err := client.New(client.Config{Bootstrap: c.Bootstrap(), AddressMap: map[string]string{},
+		RequestTimeout: time.Second, MetadataMaxAge: time.Second})
+	if err != nil {
+		lis.Close()
+		return nil, "", err
+	}
+	find := func(name string) string {
+		path, _ := launch.FindBinary(name) // none: the page says so when asked to start one
+		return path
+	}
+	srv, err := dashboard.New(dashboard.Config{Cluster: c, Client: cl,
+		Producerd: find("producerd"), Consumerd: find("consumerd"), Chaos: find("chaos"),
+		Logger: slog.New(&progressHandler{w: stderr, mu: new(sync.Mutex), level: slog.LevelWarn}).With("component", "live page")})
+	if err != nil {
+		lis.Close()
+		cl.Close()
+		return nil, "", err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ctx, lis); err != nil {
+			fmt.Fprintf(stderr, "live page: %v\n", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		cl.Close()
+	}, "http://" + lis.Addr().String() + "/", nil
 }
 
 // supervise reports brokers that exit unexpectedly until ctx ends, then
@@ -187,7 +241,7 @@ func (u *upCommand) shutdown(c *launch.Cluster, prefix string) error {
 }
 
 // printSummary tells where the cluster is and what to try next.
-func (u *upCommand) printSummary(c *launch.Cluster, topic *tapesv1.TopicMetadata, dirFlag string) {
+func (u *upCommand) printSummary(c *launch.Cluster, topic *tapesv1.TopicMetadata, dirFlag, web string) {
 	w := u.stdout
 	names := c.Names()
 	fmt.Fprintf(w, "\ncluster ready: %d brokers in %s\n", len(names), c.Dir())
@@ -198,6 +252,9 @@ func (u *upCommand) printSummary(c *launch.Cluster, topic *tapesv1.TopicMetadata
 	fmt.Fprintf(w, "bootstrap servers: %s\n", strings.Join(c.Bootstrap(), ","))
 	if f, err := clusterfile.Read(c.Dir()); err == nil && f.Control != "" {
 		fmt.Fprintf(w, "control endpoint: %s (for chaos)\n", f.Control)
+	}
+	if web != "" {
+		fmt.Fprintf(w, "live page: %s\n", web)
 	}
 	if topic != nil {
 		fmt.Fprintf(w, "topic %s: %s\n", topic.GetName(), describeTopic(topic))

@@ -383,8 +383,9 @@ func (c *Cluster) ProcessStatus(name string) (ProcessState, error) {
 func (c *Cluster) Exited() <-chan ExitEvent { return c.events }
 
 // Close stops every running child: SIGCONT (in case it is paused), SIGTERM,
-// then SIGKILL after StopTimeout, all children at once, and waits for each
-// to exit. It then rewrites cluster.json (every PID 0), closes Exited and
+// then SIGKILL after StopTimeout; the producers and consumers first (all at
+// once, so that they can still reach the brokers), then the brokers (all at
+// once), and waits for each to exit. It then rewrites cluster.json (every PID 0), closes Exited and
 // releases the directory. Calling it again returns the first call's result.
 func (c *Cluster) Close() error {
 	c.closeOnce.Do(func() { c.closeErr = c.close() })
@@ -395,10 +396,17 @@ func (c *Cluster) close() error {
 	c.mu.Lock()
 	c.closed = true
 	all := append(append([]*child(nil), c.extra...), c.children...)
+	clients := len(c.extra)
 	c.mu.Unlock()
 	errs := make([]error, len(all)+2)
 	var wg sync.WaitGroup
 	for i, ch := range all {
+		if i == clients {
+			// Producers and consumers first, while the brokers still
+			// run: a producer flushes what it has in flight, a consumer
+			// commits and leaves its group.
+			wg.Wait()
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

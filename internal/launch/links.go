@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -199,4 +200,97 @@ func (c *Cluster) Heal() {
 		l.SetDelay(0)
 		l.SetJitter(0)
 	}
+}
+
+// CutChanges returns the new state of every link that carries bytes between
+// the process name and one of others, cut: both ways, or with oneWay only
+// what others send to name (name's own messages still arrive). A
+// connection's bytes from X to Y travel forward on link X->Y and back on
+// link Y->X, so a one-way cut is link name->other dropping its answers
+// (drop-back) plus link other->name dropping its requests (drop-forward).
+// Delays are kept. links is what Links returns (or the same read from the
+// control endpoint); nothing is applied.
+func CutChanges(links []LinkState, name string, others []string, oneWay bool) []LinkState {
+	var out []LinkState
+	for _, l := range links {
+		switch {
+		case l.From == name && slices.Contains(others, l.To):
+			l.Mode = netfault.Blackhole
+			if oneWay {
+				l.Mode = netfault.DropBack // answers from the other side to name
+			}
+		case l.To == name && slices.Contains(others, l.From):
+			l.Mode = netfault.Blackhole
+			if oneWay {
+				l.Mode = netfault.DropFwd // requests from the other side to name
+			}
+		default:
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// DelayChanges returns the new state of every link from or to the process
+// name with delay ± jitter; modes are kept. Nothing is applied.
+func DelayChanges(links []LinkState, name string, delay, jitter time.Duration) []LinkState {
+	var out []LinkState
+	for _, l := range links {
+		if l.From == name || l.To == name {
+			l.Delay, l.Jitter = delay, jitter
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// ApplyLinks sets each link of changes (From, To, Mode, Delay, Jitter) as
+// SetLink does, after checking that every one of them exists.
+func (c *Cluster) ApplyLinks(changes []LinkState) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.withLinks {
+		return fmt.Errorf("launch: %w", ErrNoLinks)
+	}
+	for _, ch := range changes {
+		if _, ok := c.links[linkKey{ch.From, ch.To}]; !ok {
+			return fmt.Errorf("launch: no link %s->%s (links go from a process to a broker): %w", ch.From, ch.To, ErrUnknownProcess)
+		}
+	}
+	for _, ch := range changes {
+		l := c.links[linkKey{ch.From, ch.To}]
+		l.SetMode(ch.Mode)
+		l.SetDelay(ch.Delay)
+		l.SetJitter(ch.Jitter)
+	}
+	return nil
+}
+
+// CutBetween cuts the links between name and each of others (see
+// CutChanges) and returns the links it changed. No link between them is an
+// error.
+func (c *Cluster) CutBetween(name string, others []string, oneWay bool) ([]LinkState, error) {
+	if !c.withLinks {
+		return nil, fmt.Errorf("launch: %w", ErrNoLinks)
+	}
+	changes := CutChanges(c.Links(), name, others, oneWay)
+	if len(changes) == 0 {
+		return nil, fmt.Errorf("launch: no link between %s and %s: %w", name, strings.Join(others, ", "), ErrUnknownProcess)
+	}
+	return changes, c.ApplyLinks(changes)
+}
+
+// DelayLinks delays every link from or to name by delay ± jitter (see
+// DelayChanges) and returns the links it changed. A process without links
+// is an error.
+func (c *Cluster) DelayLinks(name string, delay, jitter time.Duration) ([]LinkState, error) {
+	if !c.withLinks {
+		return nil, fmt.Errorf("launch: %w", ErrNoLinks)
+	}
+	changes := DelayChanges(c.Links(), name, delay, jitter)
+	if len(changes) == 0 {
+		return nil, fmt.Errorf("launch: %s has no links: %w", name, ErrUnknownProcess)
+	}
+	return changes, c.ApplyLinks(changes)
 }

@@ -38,6 +38,16 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", int32(m))
 }
 
+// ParseMode is the inverse of Mode.String.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{Pass, Blackhole, DropBack, DropFwd} {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("link mode %q: want pass, blackhole, drop-back or drop-forward", s)
+}
+
 // ErrClosed is returned by a Link's methods after Close.
 var ErrClosed = errors.New("netfault: link closed")
 

@@ -44,5 +44,7 @@
 // ComputeStats reads a sink file and, optionally, the history files of the
 // producers (producer.HistoryLine) and counts what the lessons are about:
 // records delivered, duplicate effects, acknowledged records never
-// processed, and effects applied out of their key's order.
+// processed, and effects applied out of their key's order. A Follower
+// counts the same while consumers write, reading only the effects applied
+// since its last poll (the live page uses it).
 package sink

@@ -99,98 +99,135 @@ func newStats() Stats {
 // scanEffects computes the counters that need only the sink file and
 // returns them with the number of effects of each event_id.
 func scanEffects(ctx context.Context, dbPath string) (Stats, map[string]int, error) {
+	db, err := openReadOnly(dbPath)
+	if err != nil {
+		return Stats{}, nil, err
+	}
+	defer db.Close()
+
+	var t *tally
+	err = retryLocked(ctx, DefaultLockWait, func() error {
+		t = newTally()
+		return t.scanAll(ctx, db)
+	})
+	if err != nil {
+		return Stats{}, nil, err
+	}
+	return t.st, t.counts, nil
+}
+
+// openReadOnly opens an existing sink file for reading only: a missing
+// file is fs.ErrNotExist, never created.
+func openReadOnly(dbPath string) (*sql.DB, error) {
 	// SQLite would create a missing file: refuse it first.
 	fi, err := os.Stat(dbPath)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return Stats{}, nil, fs.ErrNotExist
+			return nil, fs.ErrNotExist
 		}
-		return Stats{}, nil, err
+		return nil, err
 	}
 	if fi.IsDir() {
-		return Stats{}, nil, errors.New("is a directory")
+		return nil, errors.New("is a directory")
 	}
 	abs, err := filepath.Abs(dbPath)
 	if err != nil {
-		return Stats{}, nil, err
+		return nil, err
 	}
 	// mode=rw: never create the file (should it vanish after the Stat);
 	// query_only: never write.
 	db, err := sql.Open("sqlite", dsn(abs, "mode=rw", "_pragma=busy_timeout("+strconv.Itoa(busyTimeoutMs)+")", "_pragma=query_only(1)"))
 	if err != nil {
-		return Stats{}, nil, err
+		return nil, err
 	}
-	defer db.Close()
 	db.SetMaxOpenConns(1)
-
-	var st Stats
-	var counts map[string]int
-	err = retryLocked(ctx, DefaultLockWait, func() error {
-		st = newStats()
-		var err error
-		counts, err = st.scanEffectsOnce(ctx, db)
-		return err
-	})
-	return st, counts, err
+	return db, nil
 }
 
 // keyOf is an order domain of Stats.OutOfKeyOrder: one producer run's key.
 type keyOf struct{ producer, key string }
 
-func (st *Stats) scanEffectsOnce(ctx context.Context, db *sql.DB) (map[string]int, error) {
+// tally counts effects in apply order into the counters of Stats that need
+// only the sink file. ComputeStats feeds it every effect at once, a
+// Follower the new ones at each poll: both count alike.
+type tally struct {
+	st      Stats
+	counts  map[string]int  // effects per event_id
+	highest map[keyOf]int64 // highest send sequence applied per producer run and key
+}
+
+func newTally() *tally {
+	return &tally{st: newStats(), counts: map[string]int{}, highest: map[keyOf]int64{}}
+}
+
+// add counts one effect and reports whether it repeats an event_id already
+// applied and whether it came after a later record of its key.
+func (t *tally) add(id, key string) (duplicate, outOfOrder bool) {
+	st := &t.st
+	st.Effects++
+	if id == "" {
+		st.WithoutEventID++
+		return false, false
+	}
+	t.counts[id]++
+	if c := t.counts[id]; c == 1 {
+		st.Delivered++
+	} else {
+		duplicate = true
+		st.Duplicates++
+		if c == 2 {
+			st.DuplicateIDs = appendCapped(st.DuplicateIDs, id)
+		}
+	}
+	if key == "" {
+		return duplicate, false
+	}
+	prod, seq, ok := splitEventID(id)
+	if !ok {
+		return duplicate, false
+	}
+	k := keyOf{prod, key}
+	if h, seen := t.highest[k]; !seen || seq > h {
+		t.highest[k] = seq
+	} else if seq < h {
+		outOfOrder = true
+		st.OutOfKeyOrder++
+		st.OutOfKeyOrderIDs = appendCapped(st.OutOfKeyOrderIDs, id)
+	}
+	return duplicate, outOfOrder
+}
+
+// checkSchema fails unless db has the effects table.
+func checkSchema(ctx context.Context, db *sql.DB) error {
 	var n int
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'effects'`).Scan(&n); err != nil {
-		return nil, err
+		return err
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("not a sink database (no effects table)")
+		return fmt.Errorf("not a sink database (no effects table)")
+	}
+	return nil
+}
+
+// scanAll counts every effect of db.
+func (t *tally) scanAll(ctx context.Context, db *sql.DB) error {
+	if err := checkSchema(ctx, db); err != nil {
+		return err
 	}
 	// One statement reads one snapshot, however long it runs.
 	rows, err := db.QueryContext(ctx, `SELECT event_id, key FROM effects ORDER BY seq`)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	counts := map[string]int{}
-	highest := map[keyOf]int64{}
 	for rows.Next() {
 		var id, key string
 		if err := rows.Scan(&id, &key); err != nil {
-			return nil, err
+			return err
 		}
-		st.Effects++
-		if id == "" {
-			st.WithoutEventID++
-			continue
-		}
-		counts[id]++
-		if c := counts[id]; c == 1 {
-			st.Delivered++
-		} else {
-			st.Duplicates++
-			if c == 2 {
-				st.DuplicateIDs = appendCapped(st.DuplicateIDs, id)
-			}
-		}
-		if key == "" {
-			continue
-		}
-		prod, seq, ok := splitEventID(id)
-		if !ok {
-			continue
-		}
-		k := keyOf{prod, key}
-		if h, seen := highest[k]; !seen || seq > h {
-			highest[k] = seq
-		} else if seq < h {
-			st.OutOfKeyOrder++
-			st.OutOfKeyOrderIDs = appendCapped(st.OutOfKeyOrderIDs, id)
-		}
+		t.add(id, key)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return counts, nil
+	return rows.Err()
 }
 
 // splitEventID splits PRODUCER-HEX-N into PRODUCER-HEX and N.
