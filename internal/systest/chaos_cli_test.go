@@ -14,6 +14,7 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
@@ -104,15 +105,26 @@ func TestChaosCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	// leaderOf asks every broker and believes the highest epoch: an
+	// isolated broker still answers with what it last knew.
 	leaderOf := func() int32 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		cl.RefreshMetadata(ctx)
-		id, _, err := cl.Leader(ctx, "orders", 0)
-		if err != nil {
-			return -1
+		leader, epoch := int32(-1), int64(-1)
+		for id := int32(1); id <= 3; id++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			bc, err := cl.Broker(ctx, id)
+			var md *tapesv1.MetadataResponse
+			if err == nil {
+				md, err = bc.Metadata(ctx, &tapesv1.MetadataRequest{Topics: []string{"orders"}})
+			}
+			cancel()
+			if err != nil || len(md.Topics) != 1 || len(md.Topics[0].Partitions) == 0 {
+				continue
+			}
+			if p := md.Topics[0].Partitions[0]; p.LeaderEpoch > epoch {
+				leader, epoch = p.LeaderId, p.LeaderEpoch
+			}
 		}
-		return id
+		return leader
 	}
 	old := leaderOf()
 	code, out = chaosCmd(t, dir, "isolate", "--leader-of", "orders/0")
