@@ -30,6 +30,12 @@ type api struct {
 
 func (a *api) Metadata(ctx context.Context, req *tapesv1.MetadataRequest) (*tapesv1.MetadataResponse, error) {
 	b := a.b
+	if why := b.metadataStale(); why != "" {
+		// A broker cut off from the controller quorum would answer with
+		// what it last knew (old leaders, forever); BROKER_NOT_AVAILABLE
+		// is retriable, so clients ask another broker.
+		return nil, kerr.ToStatus(kerr.New(kerr.BrokerNotAvailable, "broker %d %s: its metadata may be stale; ask another broker", b.cfg.ID, why))
+	}
 	resp := &tapesv1.MetadataResponse{ControllerId: int32(b.controllerID()), BrokerId: int32(b.cfg.ID)}
 	b.meta.View(func(s *metadata.State) {
 		for _, id := range s.BrokerIDs() {

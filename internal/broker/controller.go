@@ -24,6 +24,23 @@ func (b *Broker) controllerID() metadata.BrokerID {
 	return replication.BrokerOf(id)
 }
 
+// metadataStale says why this broker's copy of the metadata cannot be
+// trusted ("" when it can): it is not the controller and has not heard
+// from the controller's leader within the broker session timeout (or ever).
+func (b *Broker) metadataStale() string {
+	if b.ctrlRaft.State() == raft.Leader {
+		return ""
+	}
+	last := b.ctrlRaft.LastContact()
+	switch {
+	case last.IsZero():
+		return "has not heard from the controller quorum yet"
+	case time.Since(last) > b.cfg.SessionTimeout:
+		return fmt.Sprintf("has not heard from the controller quorum for %v", time.Since(last).Round(time.Millisecond))
+	}
+	return ""
+}
+
 // propose applies a controller command: locally when this broker leads the
 // controller quorum, otherwise forwarded to the leader. It retries while
 // the quorum has no leader or the leader moves, until ctx ends.
