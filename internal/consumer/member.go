@@ -11,6 +11,10 @@ import (
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
+// eagerHeartbeat is the heartbeat period right after a cooperative
+// rebalance (see member).
+const eagerHeartbeat = 100 * time.Millisecond
+
 // member is the member goroutine: it runs rebalances the poll goroutine
 // asks for and heartbeats in between, and reports what happened as events.
 func (c *Consumer) member() {
@@ -18,9 +22,17 @@ func (c *Consumer) member() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { <-c.stop; cancel() }()
-	hb := time.NewTicker(c.cfg.HeartbeatInterval)
+	// Heartbeats go every HeartbeatInterval, and every eagerHeartbeat
+	// during one interval after a rebalance under the cooperative
+	// protocol: a member that gave partitions up rejoins at once (KIP-429's
+	// second round), and the others learn of that round at their next
+	// heartbeat, which would otherwise leave the moved partitions without
+	// owner for up to a whole interval.
+	tick := min(c.cfg.HeartbeatInterval, eagerHeartbeat)
+	hb := time.NewTicker(tick)
 	defer hb.Stop()
 	rejoinSent := false
+	var lastBeat, eagerUntil time.Time
 	for {
 		select {
 		case <-c.stop:
@@ -28,11 +40,18 @@ func (c *Consumer) member() {
 		case req := <-c.joinReq:
 			rejoinSent = false
 			c.rebalance(ctx, req)
-		case <-hb.C:
+			if c.coop {
+				eagerUntil = time.Now().Add(c.cfg.HeartbeatInterval)
+			}
+		case now := <-hb.C:
 			member, gen := c.Membership()
 			if member == "" || gen <= 0 {
 				continue
 			}
+			if since := now.Sub(lastBeat); since < c.cfg.HeartbeatInterval && (now.After(eagerUntil) || since < eagerHeartbeat) {
+				continue
+			}
+			lastBeat = now
 			c.mu.Lock()
 			idle := time.Since(c.lastPoll)
 			c.mu.Unlock()
