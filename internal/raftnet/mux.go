@@ -205,6 +205,13 @@ func NewMux(cfg Config) (*Mux, error) {
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(MaxMessageSize),
 			grpc.MaxCallSendMsgSize(MaxMessageSize),
+			// A call to a peer that is down waits (up to its deadline)
+			// for the peer to come back instead of failing at once:
+			// hashicorp/raft backs off exponentially after each failed
+			// call to a follower (up to about ten seconds), so failing
+			// fast for the whole time a peer is down would leave it
+			// unreplicated for seconds after it returns.
+			grpc.WaitForReady(true),
 		),
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
