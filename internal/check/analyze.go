@@ -181,19 +181,6 @@ func identity(eventID, value string) string {
 	return "value:" + strconv.Quote(value)
 }
 
-// splitEventID splits PRODUCER-HEX-N into PRODUCER-HEX and N.
-func splitEventID(id string) (prefix string, n int64, ok bool) {
-	i := strings.LastIndexByte(id, '-')
-	if i <= 0 {
-		return "", 0, false
-	}
-	n, err := strconv.ParseInt(id[i+1:], 10, 64)
-	if err != nil {
-		return "", 0, false
-	}
-	return id[:i], n, true
-}
-
 // load reads every history file.
 func (a *analysis) load() error {
 	a.acked = map[string]int{}
@@ -204,7 +191,7 @@ func (a *analysis) load() error {
 		}
 		for _, l := range lines {
 			s := send{line: l, id: identity(l.EventID, l.Value)}
-			s.prefix, s.n, s.parsed = splitEventID(l.EventID)
+			s.prefix, s.n, s.parsed = producer.SplitEventID(l.EventID)
 			if _, dup := a.acked[s.id]; !dup && l.Status == producer.StatusOK {
 				a.acked[s.id] = len(a.sent)
 			}

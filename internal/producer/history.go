@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -259,6 +260,21 @@ func appendJSONString(buf []byte, s []byte) []byte {
 		i += size
 	}
 	return append(buf, '"')
+}
+
+// SplitEventID splits an event id as producerd makes them, PRODUCER-HEX-N,
+// into the producer's prefix (PRODUCER-HEX, unique per run) and N, the
+// record's place in that producer's send order.
+func SplitEventID(id string) (prefix string, n int64, ok bool) {
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseInt(id[i+1:], 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return id[:i], n, true
 }
 
 // ReadHistoryFile reads the history file at path (see ReadHistory).

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/tapes-dev/tapes/internal/producer"
 )
@@ -182,7 +181,7 @@ func (t *tally) add(id, key string) (duplicate, outOfOrder bool) {
 	if key == "" {
 		return duplicate, false
 	}
-	prod, seq, ok := splitEventID(id)
+	prod, seq, ok := producer.SplitEventID(id)
 	if !ok {
 		return duplicate, false
 	}
@@ -228,19 +227,6 @@ func (t *tally) scanAll(ctx context.Context, db *sql.DB) error {
 		t.add(id, key)
 	}
 	return rows.Err()
-}
-
-// splitEventID splits PRODUCER-HEX-N into PRODUCER-HEX and N.
-func splitEventID(id string) (prefix string, n int64, ok bool) {
-	i := strings.LastIndexByte(id, '-')
-	if i <= 0 {
-		return "", 0, false
-	}
-	n, err := strconv.ParseInt(id[i+1:], 10, 64)
-	if err != nil {
-		return "", 0, false
-	}
-	return id[:i], n, true
 }
 
 // readAcked returns the event_ids of the records acknowledged in the
