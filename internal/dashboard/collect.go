@@ -53,7 +53,9 @@ type collector struct {
 	cl       *client.Client
 	log      *slog.Logger
 	interval time.Duration
-	started  time.Time
+	// watched says whether a page is open (set by the Server before run).
+	watched func() bool
+	started time.Time
 
 	lost   *lostDetector
 	follow *sink.Follower
@@ -126,10 +128,20 @@ func newCollector(cfg Config, log *slog.Logger) *collector {
 	return c
 }
 
+// idleInterval is how often the cluster is read while no page is open:
+// the timeline keeps recording (a page opened later gets the last
+// entries), at a tenth of the cost.
+const idleInterval = time.Second
+
 // every runs f now and then every d until ctx ends (a slow f delays its
 // own next run, nothing else).
 func every(ctx context.Context, d time.Duration, f func(context.Context)) {
-	t := time.NewTicker(d)
+	everyOf(ctx, func() time.Duration { return d }, f)
+}
+
+// everyOf is every with a period that may change between runs.
+func everyOf(ctx context.Context, d func() time.Duration, f func(context.Context)) {
+	t := time.NewTimer(d())
 	defer t.Stop()
 	for {
 		f(ctx)
@@ -137,19 +149,29 @@ func every(ctx context.Context, d time.Duration, f func(context.Context)) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Reset(d())
 		}
 	}
+}
+
+// period is how often the cluster is read: the poll interval while a page
+// watches (c.watched), idleInterval otherwise.
+func (c *collector) period() time.Duration {
+	if c.watched == nil || c.watched() {
+		return c.interval
+	}
+	return max(c.interval, idleInterval)
 }
 
 func (c *collector) run(ctx context.Context, emit func(...Entry)) {
 	var wg sync.WaitGroup
 	for _, id := range c.brokerIDs() {
-		wg.Go(func() { every(ctx, c.interval, func(ctx context.Context) { c.readBroker(ctx, id) }) })
+		wg.Go(func() { everyOf(ctx, c.period, func(ctx context.Context) { c.readBroker(ctx, id) }) })
 	}
-	wg.Go(func() { every(ctx, c.interval, func(context.Context) { c.merge() }) })
-	wg.Go(func() { every(ctx, c.interval, func(ctx context.Context) { c.readTapes(ctx, emit) }) })
-	wg.Go(func() { every(ctx, c.interval, c.readGroups) })
-	wg.Go(func() { every(ctx, c.interval, c.procs.poll) })
+	wg.Go(func() { everyOf(ctx, c.period, func(context.Context) { c.merge() }) })
+	wg.Go(func() { everyOf(ctx, c.period, func(ctx context.Context) { c.readTapes(ctx, emit) }) })
+	wg.Go(func() { everyOf(ctx, c.period, c.readGroups) })
+	wg.Go(func() { everyOf(ctx, c.period, c.procs.poll) })
 	wg.Go(func() { every(ctx, sinkInterval, func(ctx context.Context) { c.readSink(ctx, emit) }) })
 	wg.Go(func() { every(ctx, runsInterval, func(context.Context) { c.runs.scan() }) })
 	c.runs.run(ctx, emit)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,7 +38,12 @@ type hub struct {
 	first   uint64
 	// changed is closed (and replaced) whenever state or entries change.
 	changed chan struct{}
+	// viewers counts the open event streams.
+	viewers atomic.Int32
 }
+
+// watched reports whether an event stream is open (a page is looking).
+func (h *hub) watched() bool { return h.viewers.Load() > 0 }
 
 func newHub(minStateGap time.Duration) *hub {
 	return &hub{minStateGap: minStateGap, changed: make(chan struct{})}
@@ -150,6 +156,8 @@ func (h *hub) stream(w http.ResponseWriter, r *http.Request, keepAlive time.Dura
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
+	h.viewers.Add(1)
+	defer h.viewers.Add(-1)
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-cache")

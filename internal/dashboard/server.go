@@ -96,6 +96,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := newServer(cfg, nil)
 	s.col = newCollector(s.cfg, s.log)
+	s.col.watched = s.hub.watched
 	s.src = s.col
 	s.exec = s.execute
 	s.runsDir = filepath.Join(cfg.Cluster.Dir(), "runs")
