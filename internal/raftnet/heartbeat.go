@@ -228,7 +228,7 @@ func (b *hbBatcher) send(batch []*hbCall) {
 		req.Heartbeats[i] = c.req
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	out, err := b.client.Heartbeat(ctx, req)
+	out, err := b.client.Heartbeat(ctx, req, waitForPeer)
 	cancel()
 	if err == nil && len(out.GetResults()) != len(calls) {
 		err = status.Errorf(codes.Internal, "raftnet: %d answers to %d heartbeats", len(out.GetResults()), len(calls))

@@ -160,6 +160,16 @@ func (pc *peerConn) close() error {
 	return pc.cc.Close()
 }
 
+// waitForPeer makes a replication call (AppendEntries, heartbeats,
+// InstallSnapshot) to a peer that is down wait, up to the call's deadline,
+// for the peer to come back instead of failing at once: hashicorp/raft
+// backs off exponentially after each failed call to a follower (up to
+// about ten seconds) and resets only on success, so failing fast for the
+// whole time a peer is down would leave it unreplicated for seconds after
+// it returns. Votes do not wait: a candidate asks every peer in parallel
+// and must not hold a connection to a peer that moved.
+var waitForPeer = grpc.WaitForReady(true)
+
 // NewMux returns a Mux for cfg. It dials nothing until the first outbound RPC.
 func NewMux(cfg Config) (*Mux, error) {
 	if cfg.LocalID == "" {
@@ -205,13 +215,6 @@ func NewMux(cfg Config) (*Mux, error) {
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(MaxMessageSize),
 			grpc.MaxCallSendMsgSize(MaxMessageSize),
-			// A call to a peer that is down waits (up to its deadline)
-			// for the peer to come back instead of failing at once:
-			// hashicorp/raft backs off exponentially after each failed
-			// call to a follower (up to about ten seconds), so failing
-			// fast for the whole time a peer is down would leave it
-			// unreplicated for seconds after it returns.
-			grpc.WaitForReady(true),
 		),
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),

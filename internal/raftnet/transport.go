@@ -140,7 +140,7 @@ func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, a
 	ctx, cancel := context.WithTimeout(t.ctx, t.mux.cfg.RPCTimeout)
 	defer cancel()
 	sentAt := time.Now()
-	out, err := c.AppendEntries(ctx, appendEntriesRequestToProto(t.name, args))
+	out, err := c.AppendEntries(ctx, appendEntriesRequestToProto(t.name, args), waitForPeer)
 	if err != nil {
 		return t.fail("append entries", target, err)
 	}
@@ -194,7 +194,7 @@ func (t *Transport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddress, 
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.mux.snapshotDeadline(args.Size))
 	defer cancel()
-	stream, err := c.InstallSnapshot(ctx)
+	stream, err := c.InstallSnapshot(ctx, waitForPeer)
 	if err != nil {
 		return t.fail("install snapshot", target, err)
 	}
