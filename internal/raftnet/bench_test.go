@@ -40,7 +40,7 @@ func benchPair(b *testing.B) (from, to *Transport) {
 }
 
 // BenchmarkHeartbeat is one heartbeat round trip over loopback gRPC (a
-// Heartbeat call carrying one heartbeat).
+// message of the heartbeat stream carrying one heartbeat, and its answer).
 func BenchmarkHeartbeat(b *testing.B) {
 	from, _ := benchPair(b)
 	req := &raft.AppendEntriesRequest{
@@ -81,7 +81,8 @@ func BenchmarkAppendEntries64x1KiB(b *testing.B) {
 }
 
 // BenchmarkHeartbeat64Groups is one heartbeat from each of 64 groups to the
-// same peer, sent at once: they share a few Heartbeat calls.
+// same peer, sent at once: they share a few messages of the heartbeat
+// stream (calls/op).
 func BenchmarkHeartbeat64Groups(b *testing.B) {
 	const groups = 64
 	c := newCluster(b, 2, Config{HeartbeatLinger: -1})

@@ -236,3 +236,59 @@ func installSnapshotResponseFromProto(r *raftv1.InstallSnapshotResponse, out *ra
 	out.Term = r.GetTerm()
 	out.Success = r.GetSuccess()
 }
+
+// heartbeatCallFromRequest fills the call of the heartbeat stream that
+// carries r, an AppendEntries without entries (the caller checks), for
+// group. Id and TimeoutMicros are the batcher's.
+func heartbeatCallFromRequest(c *raftv1.HeartbeatCall, group string, r *raft.AppendEntriesRequest) {
+	c.Group = group
+	c.ProtocolVersion = int64(r.ProtocolVersion)
+	c.HeaderId = r.ID
+	c.HeaderAddr = r.Addr
+	c.Term = r.Term
+	c.Leader = r.Leader
+	c.PrevLogEntry = r.PrevLogEntry
+	c.PrevLogTerm = r.PrevLogTerm
+	c.LeaderCommitIndex = r.LeaderCommitIndex
+}
+
+func requestFromHeartbeatCall(c *raftv1.HeartbeatCall) *raft.AppendEntriesRequest {
+	return &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{
+			ProtocolVersion: raft.ProtocolVersion(c.GetProtocolVersion()),
+			ID:              c.GetHeaderId(),
+			Addr:            c.GetHeaderAddr(),
+		},
+		Term:              c.GetTerm(),
+		Leader:            c.GetLeader(),
+		PrevLogEntry:      c.GetPrevLogEntry(),
+		PrevLogTerm:       c.GetPrevLogTerm(),
+		LeaderCommitIndex: c.GetLeaderCommitIndex(),
+	}
+}
+
+func heartbeatAnswerFromResponse(id uint64, r *raft.AppendEntriesResponse) *raftv1.HeartbeatAnswer {
+	return &raftv1.HeartbeatAnswer{
+		Id:              id,
+		ProtocolVersion: int64(r.ProtocolVersion),
+		HeaderId:        r.ID,
+		HeaderAddr:      r.Addr,
+		Term:            r.Term,
+		LastLog:         r.LastLog,
+		Success:         r.Success,
+		NoRetryBackoff:  r.NoRetryBackoff,
+	}
+}
+
+// responseFromHeartbeatAnswer fills out in place from a (not an error).
+func responseFromHeartbeatAnswer(a *raftv1.HeartbeatAnswer, out *raft.AppendEntriesResponse) {
+	out.RPCHeader = raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersion(a.GetProtocolVersion()),
+		ID:              a.GetHeaderId(),
+		Addr:            a.GetHeaderAddr(),
+	}
+	out.Term = a.GetTerm()
+	out.LastLog = a.GetLastLog()
+	out.Success = a.GetSuccess()
+	out.NoRetryBackoff = a.GetNoRetryBackoff()
+}

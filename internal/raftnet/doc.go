@@ -15,16 +15,29 @@
 // chaos proxy put in between) is followed.
 //
 // Besides carrying RPCs, a Transport:
-//   - coalesces heartbeats: a heartbeat waits up to HeartbeatLinger
-//     (default 5 ms) for those of the other groups to the same peer, and
-//     they travel in one Heartbeat RPC whose answer holds one result per
-//     heartbeat; the peer answers each through raft's heartbeat handler
-//     instead of queueing it behind a long AppendEntries, and a heartbeat
-//     its raft does not answer does not hold back the others (see
-//     heartbeat.go);
-//   - reports every answered AppendEntries that is not a heartbeat to an
-//     AppendObserver, from which the partition leader derives each follower's
-//     match index (hashicorp/raft exposes no follower progress);
+//   - coalesces heartbeats, and AppendEntries that carry no entries: a
+//     heartbeat, or raft's idle CommitTimeout round, waits up to
+//     HeartbeatLinger (default 20 ms) for those of the other groups to the
+//     same peer, and they travel as one message of a long-lived
+//     HeartbeatStream, one per peer connection, each call numbered (an
+//     AppendEntries without entries that raft's replication waits on, such
+//     as a new leader's first, goes at once, with whatever is queued); the
+//     peer answers each call by
+//     its number, heartbeats through raft's heartbeat handler instead of
+//     queueing them behind a long AppendEntries, the others through raft's
+//     consumer channel, and a call its raft is slow to answer holds back
+//     neither the others nor later messages. A batch that has waited half
+//     its linger leaves early whenever the Mux sends to some peer anyway
+//     (a batch due, or answers), so that a broker's traffic goes in few
+//     bursts. A stream that breaks fails the calls it has not answered and
+//     the next batch opens a new one; the stream ends when its connection
+//     stops being ready, so that a peer's graceful stop does not wait for
+//     it (see heartbeat.go and heartbeat_server.go). AppendEntries that
+//     carry entries are RPCs of their own;
+//   - reports every answered AppendEntries that is not a heartbeat (on the
+//     stream or not) to an AppendObserver, with the time raft handed it to
+//     the Transport, from which the partition leader derives each
+//     follower's match index (hashicorp/raft exposes no follower progress);
 //   - bounds every call with a deadline, and on Close fails the calls in
 //     flight with raft.ErrTransportShutdown, so that raft's Shutdown after it
 //     never hangs on the network.

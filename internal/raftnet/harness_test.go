@@ -58,14 +58,40 @@ type broker struct {
 	mux *Mux
 	srv *grpc.Server
 	// heartbeats counts inbound heartbeats (AppendEntries of heartbeat
-	// shape, alone or in a Heartbeat call), heartbeatCalls the RPCs that
-	// carried them, batchCalls the Heartbeat RPCs among them and
-	// appendCalls the AppendEntries RPCs of any shape, as seen on the wire
-	// by a server interceptor.
+	// shape, alone or on the heartbeat stream), heartbeatCalls the RPCs or
+	// stream messages that carried them, batchCalls the heartbeat stream
+	// messages among them, streamAppends the AppendEntries without entries
+	// on the stream, appendCalls the AppendEntries RPCs of any shape and
+	// streams the heartbeat streams opened, as seen on the wire by server
+	// interceptors.
 	heartbeats     atomic.Int64
 	heartbeatCalls atomic.Int64
 	batchCalls     atomic.Int64
+	streamAppends  atomic.Int64
 	appendCalls    atomic.Int64
+	streams        atomic.Int64
+}
+
+// countingStream counts the messages of a heartbeat stream.
+type countingStream struct {
+	grpc.ServerStream
+	b *broker
+}
+
+func (s *countingStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if r, ok := m.(*raftv1.HeartbeatStreamRequest); ok && err == nil {
+		s.b.batchCalls.Add(1)
+		s.b.heartbeatCalls.Add(1)
+		for _, c := range r.GetCalls() {
+			if c.GetPrevLogEntry() == 0 && c.GetLeaderCommitIndex() == 0 {
+				s.b.heartbeats.Add(1)
+			} else {
+				s.b.streamAppends.Add(1)
+			}
+		}
+	}
+	return err
 }
 
 // serve starts a gRPC server for b's Mux on a fresh loopback port and
@@ -77,21 +103,23 @@ func (b *broker) serve(t testing.TB) string {
 		t.Fatalf("listen: %v", err)
 	}
 	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		switch r := req.(type) {
-		case *raftv1.AppendEntriesRequest:
+		if r, ok := req.(*raftv1.AppendEntriesRequest); ok {
 			b.appendCalls.Add(1)
 			if len(r.GetEntries()) == 0 && r.GetPrevLogEntry() == 0 && r.GetLeaderCommitIndex() == 0 {
 				b.heartbeats.Add(1)
 				b.heartbeatCalls.Add(1)
 			}
-		case *raftv1.HeartbeatRequest:
-			b.batchCalls.Add(1)
-			b.heartbeats.Add(int64(len(r.GetHeartbeats())))
-			b.heartbeatCalls.Add(1)
 		}
 		return h(ctx, req)
 	}
-	srv := grpc.NewServer(append(ServerOptions(), grpc.UnaryInterceptor(count))...)
+	countStream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if info.FullMethod == raftv1.RaftService_HeartbeatStream_FullMethodName {
+			b.streams.Add(1)
+			ss = &countingStream{ServerStream: ss, b: b}
+		}
+		return h(srv, ss)
+	}
+	srv := grpc.NewServer(append(ServerOptions(), grpc.UnaryInterceptor(count), grpc.StreamInterceptor(countStream))...)
 	b.mux.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	b.srv = srv

@@ -3,159 +3,238 @@ package raftnet
 import (
 	"context"
 	"errors"
-	"fmt"
+	"io"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
 )
 
-// This file coalesces heartbeats. Idle, hashicorp/raft sends every follower
-// of every group a heartbeat each HeartbeatTimeout/10 to 2*HeartbeatTimeout/10;
-// with a hundred groups per broker pair that is hundreds of calls a second,
-// and the fixed cost of a gRPC call (HTTP/2 frames, a stream, a handler
-// goroutine, syscalls on both sides) dominated the idle CPU of a broker.
-// Heartbeats to one peer are therefore queued in the peer connection's
-// hbBatcher and carried by one Heartbeat RPC; the peer answers each one
-// through its group's heartbeat fast path, concurrently, and returns the
-// answers in order.
+// This file coalesces heartbeats, and the AppendEntries that carry no
+// entries, on one stream per peer. Idle, hashicorp/raft sends every
+// follower of every group a heartbeat each HeartbeatTimeout/10 to
+// 2*HeartbeatTimeout/10, and an AppendEntries without entries each
+// CommitTimeout to 2*CommitTimeout; with a hundred groups per broker pair
+// that is hundreds of calls a second, and what an idle broker spends is
+// mostly the fixed cost of each message: a gRPC call (HTTP/2 headers and
+// trailers, a stream, a handler), and above all the wake-ups and syscalls of
+// both processes. So these calls to one peer are queued in the peer
+// connection's hbBatcher, which sends what came within HeartbeatLinger as
+// one message on a long-lived HeartbeatStream; the peer answers each call
+// by its number, a message's answers together (see heartbeat_server.go).
+//
+// Only small calls go this way: heartbeats (see isHeartbeat) and
+// AppendEntries without entries. The latter still go through the peer
+// raft's consumer channel and are still reported to the AppendObserver;
+// their send time is taken before the linger, so that a follower never
+// looks more caught up than it is. Only raft's idle CommitTimeout round
+// lingers (see Transport.appendLingers): raft replicates to a follower one
+// AppendEntries at a time, and a new leader's first entries wait on the
+// probe it sends each follower first. AppendEntries with entries are calls
+// of their own (no linger, and no head-of-line blocking of heartbeats
+// behind a large message).
+//
+// Every message costs a wake-up of the process that receives it, and the
+// wake-ups, more than the bytes, are what an idle broker spends. So
+// whenever a Mux sends anyway (a batch is due, or it answers a peer's
+// message), its other batches that have waited half their linger leave in
+// the same burst (see Mux.nudge): a peer then gets its answers and this
+// broker's heartbeats together, and the traffic of a broker settles into a
+// few bursts per linger.
 
 const (
-	// maxHeartbeatBatch bounds the heartbeats of one Heartbeat RPC (about
-	// 40 bytes each); a full queue leaves at once.
+	// maxHeartbeatBatch bounds the calls of one message (about 50 bytes
+	// each); a full queue leaves at once.
 	maxHeartbeatBatch = 1024
-
-	// heartbeatStragglerWait bounds how long the receiving side holds the
-	// answers of a Heartbeat call back for a heartbeat raft has not answered:
-	// one delivered on the consumer channel (raft has not set its
-	// heartbeat handler yet, e.g. while it restores a snapshot in NewRaft)
-	// or one whose handler blocks (a term change written to disk). Those get
-	// HEARTBEAT_ERROR_KIND_NOT_ANSWERED and the caller's raft retries them;
-	// the other heartbeats of the call are answered in time. 50 ms is the
-	// shortest heartbeat interval of tapes' Raft timing (500 ms / 10), and
-	// a tenth of the follower's timeout: a heartbeat that shares a call with
-	// a straggler comes back late, never too late.
-	heartbeatStragglerWait = 50 * time.Millisecond
 )
 
-// errBatcherClosed fails heartbeats queued on a connection that was closed
-// because its peer moved; raft retries them on the new one.
-var errBatcherClosed = status.Error(codes.Unavailable, "raftnet: connection to peer closed")
+var (
+	// errBatcherClosed fails calls queued on, or sent over, a connection
+	// that was closed because its peer moved or the Mux closed; raft retries
+	// them on the new one.
+	errBatcherClosed = status.Error(codes.Unavailable, "raftnet: connection to peer closed")
+	// errStreamEnded fails the calls a peer ended its heartbeat stream
+	// without answering (it is shutting down).
+	errStreamEnded = status.Error(codes.Unavailable, "raftnet: peer ended the heartbeat stream")
+	// errConnLost fails the calls on a stream whose connection is going
+	// away (the peer sent GOAWAY, or the connection broke).
+	errConnLost = status.Error(codes.Unavailable, "raftnet: connection to peer lost")
+)
 
-// hbCall is one heartbeat waiting in an hbBatcher, and its answer.
+// hbCall is one call waiting in an hbBatcher, and its answer.
 type hbCall struct {
-	req      *raftv1.AppendEntriesRequest
+	// msg is what goes on the wire: the caller sets the request; the
+	// batcher sets Id and TimeoutMicros when it sends the call (under its
+	// mu).
+	msg      raftv1.HeartbeatCall
 	deadline time.Time
 	// gone is done once the caller stopped waiting for reasons of its own
 	// (its Transport closed); such calls are left out of the batch.
 	gone <-chan struct{}
-	// done receives at most one result (none when the call was left out);
-	// buffered, so the batcher never waits for a caller that left.
+	// done receives at most one result (none when the call was left out or
+	// forgotten); buffered, so that the batcher never waits for a caller
+	// that left.
 	done chan hbResult
+	// st is the stream the call was sent on until it is answered or
+	// failed; guarded by the batcher's mu.
+	st *hbStream
 }
 
 type hbResult struct {
-	resp *raftv1.AppendEntriesResponse
-	err  error
+	answer *raftv1.HeartbeatAnswer // with no error
+	err    error
 }
 
-// hbBatcher queues the heartbeats of every group of a Mux to one dial
-// target and sends them in Heartbeat RPCs. A heartbeat leaves at the latest
-// linger after it was queued: the first heartbeat of a batch starts the
-// linger timer, and when it fires everything queued leaves in one call. A
-// full batch (maxHeartbeatBatch) leaves at once. With no linger, a
-// heartbeat leaves at once when no call is in flight, and otherwise with
-// everything queued as soon as that call ends.
+// hbBatcher queues the heartbeats (and AppendEntries without entries) of
+// every group of a Mux to one dial target and sends them on one
+// HeartbeatStream. A call leaves at the latest linger after it was queued:
+// the first call of a batch starts the linger timer, and when it fires
+// everything queued leaves in one message. A full batch (maxHeartbeatBatch)
+// leaves at once. With no linger, a call leaves at once when no call on
+// the stream awaits an answer, and otherwise with everything queued as
+// soon as those are answered (or have failed, or their callers gave up).
 //
-// Calls are made by the batcher's goroutine (run), whose stack has grown to
-// gRPC's depth once and for all; a goroutine started per call spent more on
-// growing its stack than on the call. While run is in a call (normally some
-// hundred microseconds, but up to the heartbeat timeout when the peer does
-// not answer), the next batch is timed by a fallback timer that sends on a
-// goroutine of its own if run has not taken the batch over by then, so that
-// a peer that does not answer delays no heartbeat beyond linger. Every call
-// is bounded by the latest deadline of its heartbeats and fails at once when
-// the connection closes.
+// Messages are sent by the batcher's goroutine (run); sending does not wait
+// for answers, so a peer that is slow to answer delays no later batch. The
+// stream is opened when a batch is due and none is open; while the peer is
+// down, opening waits for it up to the latest deadline of the batch (see
+// waitForPeer), and the batches queued meanwhile leave once it is back;
+// recv reads the stream's answers and hands each to its caller. When the stream breaks, the calls it has not answered fail at once
+// and the next batch opens a new stream; when the connection stops being
+// ready (the peer sent GOAWAY, e.g. a graceful stop, or the connection
+// broke), watch ends the stream, so that the peer's graceful stop does not
+// wait for it. A caller that gives up (its deadline, or its Transport's
+// Close) forgets its call, so that nothing is left behind when a peer never
+// answers.
 type hbBatcher struct {
 	client raftv1.RaftServiceClient
 	linger time.Duration
+	// sent, when set, is called when a batch leaves because it is due (not
+	// because it was nudged): the Mux then nudges its other batchers.
+	sent func()
 
-	// timer wakes run when the batch queued is due; fallback sends it
-	// itself (fire) when run is in a call. Both are stopped, never
+	// ctx is the parent of every stream; close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// timer wakes run when the queued batch is due. It is stopped, never
 	// drained: a timer that fires for a batch already gone finds an empty
 	// queue, or sends a later one early.
-	timer    *time.Timer
-	fallback *time.Timer
-	stop     chan struct{} // closed by close; run returns
+	timer *time.Timer
+	stop  chan struct{} // closed by close; run returns
 
 	mu      sync.Mutex
 	queue   []*hbCall
-	firstAt time.Time // when the first heartbeat of queue came
-	armed   hbArm     // which timer is due to send queue
-	busy    bool      // run is in a call
-	closed  bool
+	firstAt time.Time // when the first call of queue came
+	armed   bool      // timer is due to send queue
+	nudged  bool      // queue leaves early, with other traffic
+	closed  bool      // by close
+	stream  *hbStream // the open stream, if any
+	nextID  uint64    // last call id used
 }
 
-// hbArm says which timer, if any, will send the queued batch.
-type hbArm uint8
+// hbStream is one HeartbeatStream and the calls sent on it that await an
+// answer.
+type hbStream struct {
+	s      raftv1.RaftService_HeartbeatStreamClient
+	cancel context.CancelFunc
+	// pending holds the calls awaiting an answer, by id; nil once the
+	// stream ended. Guarded by the batcher's mu, as is err.
+	pending map[uint64]*hbCall
+	err     error // why the stream ended
+}
 
-const (
-	armNone hbArm = iota
-	armRun
-	armFallback
-)
-
-func newHBBatcher(client raftv1.RaftServiceClient, linger time.Duration) *hbBatcher {
+// newHBBatcher starts a batcher sending over client. cc, when not nil, is
+// the connection under client: the batcher ends its stream when cc stops
+// being ready.
+func newHBBatcher(client raftv1.RaftServiceClient, cc *grpc.ClientConn, linger time.Duration, sent func()) *hbBatcher {
+	ctx, cancel := context.WithCancel(context.Background())
 	b := &hbBatcher{
 		client: client,
 		linger: linger,
+		sent:   sent,
+		ctx:    ctx,
+		cancel: cancel,
 		timer:  time.NewTimer(time.Hour),
 		stop:   make(chan struct{}),
 	}
 	b.timer.Stop()
-	b.fallback = time.AfterFunc(time.Hour, b.fire)
-	b.fallback.Stop()
 	go b.run()
+	if cc != nil {
+		go b.watch(cc)
+	}
 	return b
 }
 
-// enqueue queues c. It fails only when the batcher is closed.
-func (b *hbBatcher) enqueue(c *hbCall) error {
+// enqueue queues c; unless linger, the queue leaves at once. It fails only
+// when the batcher is closed.
+func (b *hbBatcher) enqueue(c *hbCall, linger bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return errBatcherClosed
 	}
 	b.queue = append(b.queue, c)
+	if len(b.queue) == 1 {
+		b.firstAt = time.Now()
+	}
 	switch {
-	case len(b.queue) >= maxHeartbeatBatch:
-		go b.send(b.takeLocked())
-	case b.armed != armNone:
-	case b.busy && b.linger == 0:
-		// run takes the queue when its call ends.
-	case b.busy:
-		b.firstAt = time.Now()
-		b.armed = armFallback
-		b.fallback.Reset(b.linger)
-	default:
-		b.firstAt = time.Now()
-		b.armed = armRun
+	case len(b.queue) >= maxHeartbeatBatch || !linger:
+		b.armed = true
+		b.timer.Reset(0)
+	case b.armed:
+	case b.linger > 0:
+		b.armed = true
 		b.timer.Reset(b.linger)
+	case b.stream == nil || len(b.stream.pending) == 0:
+		b.armed = true
+		b.timer.Reset(0)
+	default:
+		// No linger and calls on the wire: the queue leaves once they
+		// are answered (see armIdleLocked).
 	}
 	return nil
 }
 
-// takeLocked removes the queue for sending. b.mu is held.
-func (b *hbBatcher) takeLocked() []*hbCall {
-	batch := b.queue
-	b.queue = nil
-	b.armed = armNone
-	return batch
+// armIdleLocked sends the queue now if the batcher has no linger, nothing
+// is due to send it, and no call of st awaits an answer any more. b.mu is
+// held.
+func (b *hbBatcher) armIdleLocked(st *hbStream) {
+	if b.linger == 0 && !b.armed && len(b.queue) > 0 && len(st.pending) == 0 {
+		b.armed = true
+		b.timer.Reset(0)
+	}
+}
+
+// nudge sends the queued batch now if its first call has waited at least
+// half the linger: the process is sending to some peer anyway (see
+// Mux.nudge), and a batch that leaves in the same burst costs no wake-up of
+// its own, here or, when it goes with answers, at the peer.
+func (b *hbBatcher) nudge(now time.Time) {
+	b.mu.Lock()
+	if !b.closed && len(b.queue) > 0 && !b.nudged && now.Sub(b.firstAt) >= b.linger/2 {
+		b.nudged = true
+		b.armed = true
+		b.timer.Reset(0)
+	}
+	b.mu.Unlock()
+}
+
+// forget drops c, whose caller stopped waiting, from the calls awaiting an
+// answer; a call still queued is left out when its batch leaves.
+func (b *hbBatcher) forget(c *hbCall) {
+	b.mu.Lock()
+	if st := c.st; st != nil && st.pending != nil {
+		delete(st.pending, c.msg.Id)
+		b.armIdleLocked(st)
+	}
+	c.st = nil
+	b.mu.Unlock()
 }
 
 // run sends the batches its timer makes due, until close.
@@ -167,45 +246,36 @@ func (b *hbBatcher) run() {
 			return
 		}
 		b.mu.Lock()
-		for !b.closed && len(b.queue) > 0 {
-			batch := b.takeLocked()
-			b.busy = true
-			b.mu.Unlock()
-			b.send(batch)
-			b.mu.Lock()
-			b.busy = false
-			if len(b.queue) == 0 || b.linger == 0 {
-				continue // nothing queued, or due now
-			}
-			// Heartbeats came during the call, timed by the fallback:
-			// take them over unless it is firing already.
-			if b.armed == armFallback && b.fallback.Stop() {
-				b.armed = armRun
-				b.timer.Reset(b.linger - time.Since(b.firstAt))
-			}
-			break
+		batch := b.queue
+		due := len(batch) > 0 && !b.nudged
+		b.queue = nil
+		b.armed = false
+		b.nudged = false
+		if len(batch) > maxHeartbeatBatch {
+			// More came while a batch was being sent (or a stream
+			// opened): the rest leaves right after this one.
+			b.queue = append([]*hbCall(nil), batch[maxHeartbeatBatch:]...)
+			batch = batch[:maxHeartbeatBatch]
+			b.armed = true
+			b.timer.Reset(0)
 		}
 		b.mu.Unlock()
+		if due && b.sent != nil {
+			b.sent()
+		}
+		if len(batch) > 0 {
+			b.send(batch)
+		}
 	}
 }
 
-// fire is the fallback timer: the batch is due and run is in a call.
-func (b *hbBatcher) fire() {
-	b.mu.Lock()
-	if b.closed || len(b.queue) == 0 {
-		b.mu.Unlock()
-		return
-	}
-	batch := b.takeLocked()
-	b.mu.Unlock()
-	b.send(batch)
-}
-
-// send makes one Heartbeat call for batch and answers every heartbeat of it.
+// send sends batch as one message on the stream, opening one if needed.
+// Every call of it gets one result, from recv or from a failure, except the
+// calls whose caller has given up.
 func (b *hbBatcher) send(batch []*hbCall) {
 	now := time.Now()
-	calls := batch[:0:0]
-	var deadline time.Time
+	calls := batch[:0]
+	var last time.Time
 	for _, c := range batch {
 		if !now.Before(c.deadline) {
 			continue // its caller has timed out
@@ -216,34 +286,177 @@ func (b *hbBatcher) send(batch []*hbCall) {
 		default:
 		}
 		calls = append(calls, c)
-		if c.deadline.After(deadline) {
-			deadline = c.deadline
+		if c.deadline.After(last) {
+			last = c.deadline
 		}
 	}
 	if len(calls) == 0 {
 		return
 	}
-	req := &raftv1.HeartbeatRequest{Heartbeats: make([]*raftv1.AppendEntriesRequest, len(calls))}
-	for i, c := range calls {
-		req.Heartbeats[i] = c.req
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	out, err := b.client.Heartbeat(ctx, req, waitForPeer)
-	cancel()
-	if err == nil && len(out.GetResults()) != len(calls) {
-		err = status.Errorf(codes.Internal, "raftnet: %d answers to %d heartbeats", len(out.GetResults()), len(calls))
-	}
-	for i, c := range calls {
-		if err != nil {
+	st, err := b.openStream(last)
+	if err != nil {
+		for _, c := range calls {
 			c.done <- hbResult{err: err}
-			continue
 		}
-		c.done <- heartbeatResultFromProto(c.req.GetGroup(), out.GetResults()[i])
+		return
+	}
+	// Opening may have waited for the peer: calls whose caller has timed
+	// out meanwhile stay behind, the others carry what is left of their
+	// time.
+	now = time.Now()
+	live := calls[:0]
+	for _, c := range calls {
+		if now.Before(c.deadline) {
+			live = append(live, c)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	msg := &raftv1.HeartbeatStreamRequest{Calls: make([]*raftv1.HeartbeatCall, len(live))}
+	b.mu.Lock()
+	if st.pending == nil { // ended since it was opened
+		err := st.err
+		b.mu.Unlock()
+		for _, c := range live {
+			c.done <- hbResult{err: err}
+		}
+		return
+	}
+	for i, c := range live {
+		b.nextID++
+		c.msg.Id = b.nextID
+		c.msg.TimeoutMicros = max(c.deadline.Sub(now).Microseconds(), 1)
+		c.st = st
+		st.pending[c.msg.Id] = c
+		msg.Calls[i] = &c.msg
+	}
+	b.mu.Unlock()
+	if err := st.s.Send(msg); err != nil {
+		b.endStream(st, err)
 	}
 }
 
-// close fails the queued heartbeats, stops the timers and ends run; calls in
-// flight end with their RPC (the connection is closed next). Idempotent.
+// openStream returns the open stream, or opens one. Opening waits for the
+// peer while it is down or connecting (see waitForPeer), until deadline at
+// the latest (the calls of the batch have given up by then).
+func (b *hbBatcher) openStream(deadline time.Time) (*hbStream, error) {
+	b.mu.Lock()
+	st, closed := b.stream, b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, errBatcherClosed
+	}
+	if st != nil {
+		return st, nil
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	expire := time.AfterFunc(time.Until(deadline), cancel)
+	s, err := b.client.HeartbeatStream(ctx, waitForPeer)
+	if !expire.Stop() {
+		cancel()
+		err = status.Error(codes.DeadlineExceeded, "raftnet: heartbeat stream to peer not opened in time")
+	}
+	if b.ctx.Err() != nil {
+		err = errBatcherClosed
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	st = &hbStream{s: s, cancel: cancel, pending: make(map[uint64]*hbCall)}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		cancel()
+		return nil, errBatcherClosed
+	}
+	b.stream = st
+	b.mu.Unlock()
+	go b.recv(st)
+	return st, nil
+}
+
+// recv hands the answers of st to their callers until st ends.
+func (b *hbBatcher) recv(st *hbStream) {
+	type answered struct {
+		c *hbCall
+		a *raftv1.HeartbeatAnswer
+	}
+	var ready []answered
+	for {
+		in, err := st.s.Recv()
+		if err != nil {
+			b.endStream(st, err)
+			return
+		}
+		b.mu.Lock()
+		for _, a := range in.GetAnswers() {
+			if c := st.pending[a.GetId()]; c != nil {
+				delete(st.pending, a.GetId())
+				c.st = nil
+				ready = append(ready, answered{c, a})
+			}
+		}
+		b.armIdleLocked(st)
+		b.mu.Unlock()
+		for _, r := range ready {
+			r.c.done <- heartbeatResultFromProto(r.c.msg.GetGroup(), r.a)
+		}
+		clear(ready)
+		ready = ready[:0]
+	}
+}
+
+// endStream ends st, if it has not ended yet: it is no longer used for new
+// batches, and the calls it has not answered fail with the reason.
+func (b *hbBatcher) endStream(st *hbStream, reason error) {
+	b.mu.Lock()
+	if b.stream == st {
+		b.stream = nil
+	}
+	pending := st.pending
+	if pending != nil {
+		st.pending = nil
+		switch {
+		case b.closed:
+			st.err = errBatcherClosed
+		case errors.Is(reason, io.EOF):
+			st.err = errStreamEnded
+		default:
+			st.err = reason
+		}
+	}
+	err := st.err
+	b.armIdleLocked(st)
+	b.mu.Unlock()
+	st.cancel()
+	for _, c := range pending {
+		c.done <- hbResult{err: err}
+	}
+}
+
+// watch ends the stream whenever cc leaves the ready state: after a GOAWAY
+// (the peer stops gracefully, and waits for its streams to end) or a broken
+// connection. The next batch opens a new stream.
+func (b *hbBatcher) watch(cc *grpc.ClientConn) {
+	state := cc.GetState()
+	for cc.WaitForStateChange(b.ctx, state) {
+		state = cc.GetState()
+		if state == connectivity.Ready {
+			continue
+		}
+		b.mu.Lock()
+		st := b.stream
+		b.mu.Unlock()
+		if st != nil {
+			b.endStream(st, errConnLost)
+		}
+	}
+}
+
+// close fails the queued calls and those awaiting an answer, ends the
+// stream and the batcher's goroutines. Idempotent.
 func (b *hbBatcher) close() {
 	b.mu.Lock()
 	if b.closed {
@@ -252,58 +465,65 @@ func (b *hbBatcher) close() {
 	}
 	b.closed = true
 	b.timer.Stop()
-	b.fallback.Stop()
 	close(b.stop)
-	queue := b.takeLocked()
+	queue := b.queue
+	b.queue = nil
+	st := b.stream
 	b.mu.Unlock()
+	b.cancel()
+	if st != nil {
+		b.endStream(st, errBatcherClosed)
+	}
 	for _, c := range queue {
 		c.done <- hbResult{err: errBatcherClosed}
 	}
 }
 
-// heartbeat sends a heartbeat through the batcher of target's connection
-// and waits for its answer, its deadline (HeartbeatTimeout) or the
+// viaBatcher sends args, a heartbeat or an AppendEntries without entries,
+// through the batcher of target's connection (at once, with whatever is
+// queued, unless linger) and waits for its answer, its timeout or the
 // Transport's Close, whichever comes first.
-func (t *Transport) heartbeat(target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+func (t *Transport) viaBatcher(op string, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, timeout time.Duration, linger bool) error {
 	pc, err := t.peer(target)
 	if err != nil {
-		return t.fail("heartbeat", target, err)
+		return t.fail(op, target, err)
 	}
-	timeout := t.mux.cfg.HeartbeatTimeout
 	c := &hbCall{
-		req:      appendEntriesRequestToProto(t.name, args),
 		deadline: time.Now().Add(timeout),
 		gone:     t.ctx.Done(),
 		done:     make(chan hbResult, 1),
 	}
-	if err := pc.hb.enqueue(c); err != nil {
-		return t.fail("heartbeat", target, err)
+	heartbeatCallFromRequest(&c.msg, t.name, args)
+	if err := pc.hb.enqueue(c, linger); err != nil {
+		return t.fail(op, target, err)
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case r := <-c.done:
 		if r.err != nil {
-			return t.fail("heartbeat", target, r.err)
+			return t.fail(op, target, r.err)
 		}
 		// Written here, on raft's goroutine, never by the batcher: once
 		// this call returned, raft reuses resp.
-		appendEntriesResponseFromProto(r.resp, resp)
+		responseFromHeartbeatAnswer(r.answer, resp)
 		return nil
 	case <-timer.C:
-		return t.fail("heartbeat", target, status.Error(codes.DeadlineExceeded, "raftnet: heartbeat timed out"))
+		pc.hb.forget(c)
+		return t.fail(op, target, status.Error(codes.DeadlineExceeded, "raftnet: "+op+" timed out"))
 	case <-t.ctx.Done():
+		pc.hb.forget(c)
 		return raft.ErrTransportShutdown
 	}
 }
 
-// heartbeatResultFromProto turns the answer to one heartbeat of a batch into
+// heartbeatResultFromProto turns the answer to one call of the stream into
 // what a single AppendEntries call would have returned.
-func heartbeatResultFromProto(group string, r *raftv1.HeartbeatResult) hbResult {
-	if resp := r.GetResponse(); resp != nil {
-		return hbResult{resp: resp}
+func heartbeatResultFromProto(group string, a *raftv1.HeartbeatAnswer) hbResult {
+	e := a.GetError()
+	if e == nil {
+		return hbResult{answer: a}
 	}
-	e := r.GetError()
 	switch e.GetKind() {
 	case raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP:
 		return hbResult{err: unknownGroupStatus(group)}
@@ -314,184 +534,4 @@ func heartbeatResultFromProto(group string, r *raftv1.HeartbeatResult) hbResult 
 	default:
 		return hbResult{err: status.Errorf(codes.Internal, "raftnet: heartbeat answer of kind %v: %s", e.GetKind(), e.GetMessage())}
 	}
-}
-
-// Heartbeat answers a batch of heartbeats, each through its group's
-// heartbeat handler (or consumer channel when raft has set no handler),
-// concurrently (see hbJob). A heartbeat for a group that is not open is
-// answered at once; one raft does not answer within heartbeatStragglerWait
-// is answered NOT_ANSWERED, so that it does not hold back the others. The
-// call as a whole fails only when its context ends first.
-func (s *server) Heartbeat(ctx context.Context, in *raftv1.HeartbeatRequest) (*raftv1.HeartbeatResponse, error) {
-	items := in.GetHeartbeats()
-	out := &raftv1.HeartbeatResponse{Results: make([]*raftv1.HeartbeatResult, len(items))}
-	j := &hbJob{
-		items:   items,
-		groups:  make([]*Transport, len(items)),
-		results: make([]*raftv1.HeartbeatResult, len(items)),
-		done:    make(chan struct{}),
-	}
-	for i, hb := range items {
-		t := s.mux.lookup(hb.GetGroup())
-		if t == nil {
-			out.Results[i] = heartbeatError(raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP,
-				"unknown raft group "+hb.GetGroup())
-			continue
-		}
-		j.groups[i] = t
-		j.todo = append(j.todo, i)
-	}
-	if len(j.todo) == 0 {
-		return out, nil
-	}
-	wait, cancel := context.WithTimeout(ctx, heartbeatStragglerWait)
-	defer cancel()
-	j.ctx = wait
-	j.left.Store(int64(len(j.todo)))
-	go j.work()
-
-	stall := time.NewTimer(heartbeatStallWait)
-	defer stall.Stop()
-	progress := j.left.Load()
-wait:
-	for {
-		select {
-		case <-j.done:
-			break wait
-		case <-stall.C:
-			// A worker is stuck in raft's heartbeat handler: another one
-			// takes the heartbeats nobody has started on.
-			if left := j.left.Load(); left == progress && int(j.next.Load()) < len(j.todo) {
-				go j.work()
-			} else {
-				progress = left
-			}
-			stall.Reset(heartbeatStallWait)
-		case <-wait.Done():
-			if err := ctx.Err(); err != nil {
-				return nil, status.FromContextError(err).Err()
-			}
-			break wait
-		}
-	}
-	j.mu.Lock()
-	j.sealed = true
-	for _, i := range j.todo {
-		if r := j.results[i]; r != nil {
-			out.Results[i] = r
-		} else {
-			out.Results[i] = heartbeatError(raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_NOT_ANSWERED,
-				fmt.Sprintf("raft group %s did not answer the heartbeat within %v", items[i].GetGroup(), heartbeatStragglerWait))
-		}
-	}
-	j.mu.Unlock()
-	return out, nil
-}
-
-// heartbeatStallWait is how long the worker of a Heartbeat call may take
-// over one heartbeat (normally some microseconds) before another worker
-// starts on the heartbeats after it.
-const heartbeatStallWait = 2 * time.Millisecond
-
-// hbJob is the inbound side of one Heartbeat call. Its heartbeats are
-// answered concurrently, but not with a goroutine each: a worker answers
-// them in turn through raft's heartbeat handler, which returns within
-// microseconds unless it writes a new term to disk; when a worker is stuck
-// longer than heartbeatStallWait, the handler starts another on the
-// heartbeats nobody has claimed. A heartbeat that must go through the
-// consumer channel (raft has set no heartbeat handler) waits on a goroutine
-// of its own. A goroutine per heartbeat (one spawn and one wake-up each)
-// cost more than raft's handler itself.
-type hbJob struct {
-	ctx    context.Context // the cut-off
-	items  []*raftv1.AppendEntriesRequest
-	groups []*Transport // by item; nil for unknown groups
-	todo   []int        // items with a group, in order
-	next   atomic.Int64 // index into todo of the next item to claim
-	left   atomic.Int64 // items of todo not answered yet
-	done   chan struct{}
-
-	mu      sync.Mutex
-	sealed  bool // the handler has answered; later results are dropped
-	results []*raftv1.HeartbeatResult
-}
-
-// work claims and answers items until none is left to claim, or the call
-// has been answered without them (a worker that was stuck past the
-// cut-off does not hand raft heartbeats that are stale by now).
-func (j *hbJob) work() {
-	for j.ctx.Err() == nil {
-		k := int(j.next.Add(1)) - 1
-		if k >= len(j.todo) {
-			return
-		}
-		i := j.todo[k]
-		t := j.groups[i]
-		req := appendEntriesRequestFromProto(j.items[i])
-		if t.heartbeatFn.Load() == nil || !isHeartbeat(req) {
-			go func() { j.finish(i, t.answerHeartbeat(j.ctx, req)) }()
-			continue
-		}
-		j.finish(i, t.answerHeartbeat(j.ctx, req))
-	}
-}
-
-func (j *hbJob) finish(i int, r *raftv1.HeartbeatResult) {
-	j.mu.Lock()
-	if !j.sealed {
-		j.results[i] = r
-	}
-	j.mu.Unlock()
-	if j.left.Add(-1) == 0 {
-		close(j.done)
-	}
-}
-
-// answerHeartbeat hands one heartbeat of a batch to raft and returns its
-// answer, like deliver: through raft's heartbeat handler, which answers on
-// this goroutine (or, shutting down, not at all), or through the consumer
-// channel when raft has set no handler. It gives up when ctx (the batch's
-// cut-off) ends or the Transport closes.
-func (t *Transport) answerHeartbeat(ctx context.Context, req *raft.AppendEntriesRequest) *raftv1.HeartbeatResult {
-	respCh := make(chan raft.RPCResponse, 1)
-	rpc := raft.RPC{Command: req, RespChan: respCh}
-	if fn := t.heartbeatFn.Load(); fn != nil && isHeartbeat(req) {
-		(*fn)(rpc)
-	} else {
-		select {
-		case t.consumeCh <- rpc:
-		case <-ctx.Done():
-			return heartbeatNotAnswered(ctx, t.name)
-		case <-t.ctx.Done():
-			return heartbeatError(raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP, "unknown raft group "+t.name)
-		}
-	}
-	var r raft.RPCResponse
-	select {
-	case r = <-respCh:
-	case <-ctx.Done():
-		return heartbeatNotAnswered(ctx, t.name)
-	case <-t.ctx.Done():
-		return heartbeatError(raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP, "unknown raft group "+t.name)
-	}
-	if r.Error != nil {
-		return heartbeatError(raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_RAFT, r.Error.Error())
-	}
-	resp, ok := r.Response.(*raft.AppendEntriesResponse)
-	if !ok {
-		return heartbeatError(raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_RAFT, fmt.Sprintf("raft answered with %T", r.Response))
-	}
-	return &raftv1.HeartbeatResult{Result: &raftv1.HeartbeatResult_Response{Response: appendEntriesResponseToProto(resp)}}
-}
-
-func heartbeatNotAnswered(ctx context.Context, group string) *raftv1.HeartbeatResult {
-	msg := "raft group " + group + " did not answer the heartbeat"
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		msg += " in time"
-	}
-	return heartbeatError(raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_NOT_ANSWERED, msg)
-}
-
-func heartbeatError(kind raftv1.HeartbeatErrorKind, msg string) *raftv1.HeartbeatResult {
-	return &raftv1.HeartbeatResult{Result: &raftv1.HeartbeatResult_Error{Error: &raftv1.HeartbeatError{Kind: kind, Message: msg}}}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -76,9 +78,11 @@ func heartbeatAll(trs []*Transport) ([]raft.AppendEntriesResponse, []error, []ti
 }
 
 // TestHeartbeatCoalescing: heartbeats of 50 groups to one peer, sent at
-// once, travel in a handful of Heartbeat calls, and each caller gets its own
-// group's answer. A regular AppendEntries still is a call of its own and
-// reaches the AppendObserver; heartbeats never do.
+// once, travel in a handful of messages of the heartbeat stream, and each
+// caller gets its own group's answer. An AppendEntries without entries
+// travels on the stream too, through the peer raft's consumer, and reaches
+// the AppendObserver; one with entries is a call of its own and reaches it
+// as well; heartbeats never do.
 func TestHeartbeatCoalescing(t *testing.T) {
 	c := newCluster(t, 2, Config{HeartbeatTimeout: 5 * time.Second})
 	const groups, rounds = 50, 3
@@ -100,43 +104,122 @@ func TestHeartbeatCoalescing(t *testing.T) {
 			}
 		}
 		calls, hbs := peer.batchCalls.Load()-calls0, peer.heartbeats.Load()-hb0
-		t.Logf("round %d: %d heartbeats in %d Heartbeat calls", r, hbs, calls)
+		t.Logf("round %d: %d heartbeats in %d messages", r, hbs, calls)
 		if hbs != groups {
 			t.Errorf("round %d: peer saw %d heartbeats, want %d", r, hbs, groups)
 		}
 		if calls > 5 {
-			t.Errorf("round %d: %d heartbeats sent at once took %d calls, want at most 5", r, groups, calls)
+			t.Errorf("round %d: %d heartbeats sent at once took %d messages, want at most 5", r, groups, calls)
 		}
 	}
 	if n := peer.appendCalls.Load(); n != 0 {
 		t.Errorf("%d heartbeats went as AppendEntries calls", n)
 	}
+	if n := peer.streams.Load(); n != 1 {
+		t.Errorf("%d heartbeat streams opened, want 1", n)
+	}
 	if n := observed.Load(); n != 0 {
 		t.Errorf("AppendObserver saw %d heartbeats", n)
 	}
 
-	// A regular AppendEntries: a call of its own, through raft's consumer.
+	// raft answers what comes through its consumer.
+	consumed := make(chan *raft.AppendEntriesRequest, 2)
 	go func() {
-		rpc := <-to[0].Consumer()
-		rpc.Respond(&raft.AppendEntriesResponse{Term: 7, LastLog: 3, Success: true}, nil)
+		for range 2 {
+			rpc := <-to[0].Consumer()
+			req := rpc.Command.(*raft.AppendEntriesRequest)
+			consumed <- req
+			rpc.Respond(&raft.AppendEntriesResponse{Term: 7, LastLog: req.PrevLogEntry + uint64(len(req.Entries)), Success: true}, nil)
+		}
 	}()
-	calls0 := peer.batchCalls.Load()
-	full := heartbeatReq(7)
-	full.PrevLogEntry, full.PrevLogTerm = 2, 7
-	full.Entries = []*raft.Log{{Index: 3, Term: 7, Type: raft.LogCommand, Data: []byte("x")}}
+
+	// Without entries (raft's idle CommitTimeout round): on the stream.
+	empty := heartbeatReq(7)
+	empty.PrevLogEntry, empty.PrevLogTerm, empty.LeaderCommitIndex = 3, 7, 3
 	var resp raft.AppendEntriesResponse
-	if err := from[0].AppendEntries("2", "2", full, &resp); err != nil || resp.LastLog != 3 {
-		t.Fatalf("AppendEntries: %v, %+v", err, resp)
+	if err := from[0].AppendEntries("2", "2", empty, &resp); err != nil || resp.LastLog != 3 || !resp.Success {
+		t.Fatalf("AppendEntries without entries: %v, %+v", err, resp)
 	}
-	if n := peer.appendCalls.Load(); n != 1 {
-		t.Errorf("peer saw %d AppendEntries calls, want 1", n)
+	if got := <-consumed; got.PrevLogEntry != 3 || got.LeaderCommitIndex != 3 {
+		t.Errorf("peer raft got %+v", got)
 	}
-	if peer.batchCalls.Load() != calls0 {
-		t.Error("a regular AppendEntries went through the heartbeat batcher")
+	if n := peer.streamAppends.Load(); n != 1 {
+		t.Errorf("peer saw %d AppendEntries without entries on the stream, want 1", n)
+	}
+	if n := peer.appendCalls.Load(); n != 0 {
+		t.Errorf("an AppendEntries without entries was a call of its own")
 	}
 	if n := observed.Load(); n != 1 {
 		t.Errorf("AppendObserver called %d times, want once", n)
 	}
+
+	// With entries: a call of its own.
+	calls0 := peer.batchCalls.Load()
+	full := heartbeatReq(7)
+	full.PrevLogEntry, full.PrevLogTerm = 3, 7
+	full.Entries = []*raft.Log{{Index: 4, Term: 7, Type: raft.LogCommand, Data: []byte("x")}}
+	if err := from[0].AppendEntries("2", "2", full, &resp); err != nil || resp.LastLog != 4 {
+		t.Fatalf("AppendEntries: %v, %+v", err, resp)
+	}
+	<-consumed
+	if n := peer.appendCalls.Load(); n != 1 {
+		t.Errorf("peer saw %d AppendEntries calls, want 1", n)
+	}
+	if peer.batchCalls.Load() != calls0 {
+		t.Error("an AppendEntries with entries went on the heartbeat stream")
+	}
+	if n := observed.Load(); n != 2 {
+		t.Errorf("AppendObserver called %d times, want twice", n)
+	}
+}
+
+// TestAppendWithoutEntriesLinger: an AppendEntries without entries waits
+// for the linger only as raft's idle CommitTimeout round (same term as the
+// previous one to that follower, and appendIdleGap lingers after it); the
+// first one of a term (a new leader's probe, on which its first entries
+// wait) and one right after another leave at once.
+func TestAppendWithoutEntriesLinger(t *testing.T) {
+	const linger = 100 * time.Millisecond
+	c := newCluster(t, 2, Config{HeartbeatLinger: linger})
+	from, to := openPairs(t, c.brokers[0], c.brokers[1], "idle", 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case rpc := <-to[0].Consumer():
+				req := rpc.Command.(*raft.AppendEntriesRequest)
+				rpc.Respond(&raft.AppendEntriesResponse{Term: req.Term, LastLog: req.PrevLogEntry, Success: true}, nil)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	send := func(term uint64) time.Duration {
+		t.Helper()
+		req := heartbeatReq(term)
+		req.PrevLogEntry, req.PrevLogTerm, req.LeaderCommitIndex = 5, term, 5
+		start := time.Now()
+		var resp raft.AppendEntriesResponse
+		if err := from[0].AppendEntries("2", "2", req, &resp); err != nil || !resp.Success {
+			t.Fatalf("AppendEntries without entries: %v, %+v", err, resp)
+		}
+		return time.Since(start)
+	}
+	atOnce := func(what string, took time.Duration) {
+		t.Helper()
+		if took > linger/2 {
+			t.Errorf("%s took %v, want it to leave at once (linger %v)", what, took, linger)
+		}
+	}
+	atOnce("the first AppendEntries of a term", send(3))
+	atOnce("an AppendEntries right after another", send(3))
+	time.Sleep(appendIdleGap * linger)
+	if took := send(3); took < linger-10*time.Millisecond {
+		t.Errorf("an idle round took %v, want it to wait for the linger (%v)", took, linger)
+	}
+	time.Sleep(appendIdleGap * linger)
+	atOnce("the first AppendEntries of a new term", send(4))
 }
 
 // rawClient dials b's gRPC server directly.
@@ -154,20 +237,83 @@ func rawClient(t *testing.T, c *cluster, id raft.ServerAddress) raftv1.RaftServi
 	return raftv1.NewRaftServiceClient(cc)
 }
 
-func protoHeartbeat(group string, term uint64) *raftv1.AppendEntriesRequest {
-	return appendEntriesRequestToProto(group, heartbeatReq(term))
+// protoCall is a call of the heartbeat stream: a heartbeat of group with
+// term, waited for timeout.
+func protoCall(id uint64, group string, term uint64, timeout time.Duration) *raftv1.HeartbeatCall {
+	c := &raftv1.HeartbeatCall{Id: id, TimeoutMicros: timeout.Microseconds()}
+	heartbeatCallFromRequest(c, group, heartbeatReq(term))
+	return c
 }
 
-// TestHeartbeatBatchAnswers: in one Heartbeat call, heartbeats for groups
-// the peer does not serve (never opened, or closed) are answered "unknown
-// group" at once without failing the others; an error raft answers with is
-// that heartbeat's error; a group without heartbeat handler is answered
-// through its consumer channel; and a group whose raft does not answer (no
-// handler and nobody consuming, or a handler that blocks) is answered
-// NOT_ANSWERED after heartbeatStragglerWait while the others get their
-// answers. Through Transports, the unknown group comes back as
-// ErrUnknownGroup and the known one succeeds.
-func TestHeartbeatBatchAnswers(t *testing.T) {
+// rawAnswer is an answer read from a raw heartbeat stream, and when.
+type rawAnswer struct {
+	a  *raftv1.HeartbeatAnswer
+	at time.Time
+}
+
+// openRawStream opens a heartbeat stream on client and reads its answers
+// into the returned channel until the stream ends.
+func openRawStream(t *testing.T, ctx context.Context, client raftv1.RaftServiceClient) (raftv1.RaftService_HeartbeatStreamClient, chan rawAnswer) {
+	t.Helper()
+	s, err := client.HeartbeatStream(ctx)
+	if err != nil {
+		t.Fatalf("open heartbeat stream: %v", err)
+	}
+	answers := make(chan rawAnswer, 100)
+	go func() {
+		for {
+			in, err := s.Recv()
+			if err != nil {
+				close(answers)
+				return
+			}
+			for _, a := range in.GetAnswers() {
+				answers <- rawAnswer{a, time.Now()}
+			}
+		}
+	}()
+	return s, answers
+}
+
+// collect reads answers until it holds one for each of ids, and returns
+// them by id.
+func collect(t *testing.T, answers chan rawAnswer, ids ...uint64) map[uint64]rawAnswer {
+	t.Helper()
+	got := make(map[uint64]rawAnswer)
+	timeout := time.After(10 * time.Second)
+	for len(got) < len(ids) {
+		select {
+		case a, ok := <-answers:
+			if !ok {
+				t.Fatalf("stream ended with answers to %d of %v", len(got), ids)
+			}
+			if _, dup := got[a.a.GetId()]; dup {
+				t.Errorf("call %d answered twice", a.a.GetId())
+			}
+			got[a.a.GetId()] = a
+		case <-timeout:
+			t.Fatalf("answers to %d of calls %v within 10 s", len(got), ids)
+		}
+	}
+	for _, id := range ids {
+		if _, ok := got[id]; !ok {
+			t.Errorf("no answer to call %d", id)
+		}
+	}
+	return got
+}
+
+// TestHeartbeatStreamAnswers: on the heartbeat stream, calls for groups the
+// peer does not serve (never opened, or closed) are answered "unknown group"
+// at once without failing the others; an error raft answers with is that
+// call's error; a call whose time is up on arrival is not answered by raft;
+// a group without heartbeat handler is answered through its consumer
+// channel. A heartbeat raft is slow to answer (a handler that blocks, or
+// no handler and nobody consuming) holds back neither the others of its
+// message nor the next message: they are answered at once, the slow ones
+// when raft answers or their timeout passes. Through Transports, the
+// unknown group comes back as ErrUnknownGroup and the known one succeeds.
+func TestHeartbeatStreamAnswers(t *testing.T) {
 	c := newCluster(t, 2, Config{})
 	b := c.brokers[1]
 	open := func(name string) *Transport {
@@ -200,70 +346,90 @@ func TestHeartbeatBatchAnswers(t *testing.T) {
 	_ = open("deaf") // no handler, nobody consumes
 	blocked := open("blocked")
 	release := make(chan struct{})
-	defer close(release)
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) })
 	blocked.SetHeartbeatHandler(func(rpc raft.RPC) {
 		<-release
-		rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
+		rpc.Respond(&raft.AppendEntriesResponse{Term: 77, Success: true}, nil)
 	})
 
-	raw := rawClient(t, c, "2")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	s, answers := openRawStream(t, ctx, rawClient(t, c, "2"))
+	send := func(calls ...*raftv1.HeartbeatCall) time.Time {
+		t.Helper()
+		if err := s.Send(&raftv1.HeartbeatStreamRequest{Calls: calls}); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		return time.Now()
+	}
+	kind := func(a rawAnswer) raftv1.HeartbeatErrorKind { return a.a.GetError().GetKind() }
+	const (
+		unknown     = raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP
+		notAnswered = raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_NOT_ANSWERED
+		raftErr     = raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_RAFT
+	)
 
 	// Known and unknown groups only: answered at once.
-	start := time.Now()
-	out, err := raw.Heartbeat(ctx, &raftv1.HeartbeatRequest{Heartbeats: []*raftv1.AppendEntriesRequest{
-		protoHeartbeat("ok", 5), protoHeartbeat("nope", 5), protoHeartbeat("ok", 6), protoHeartbeat("closed", 5),
-		protoHeartbeat("refuse", 5), protoHeartbeat("consumed", 5),
-	}})
-	if err != nil {
-		t.Fatalf("Heartbeat: %v", err)
-	}
-	if took := time.Since(start); took > heartbeatStragglerWait {
-		t.Errorf("answered after %v, want at once", took)
-	}
-	res := out.GetResults()
-	if len(res) != 6 {
-		t.Fatalf("%d results for 6 heartbeats", len(res))
-	}
-	for i, term := range map[int]uint64{0: 5, 2: 6, 5: 42} {
-		if r := res[i].GetResponse(); r == nil || r.GetTerm() != term || !r.GetSuccess() {
-			t.Errorf("result %d: %v, want a response with term %d", i, res[i], term)
+	sec := time.Second
+	start := send(protoCall(1, "ok", 5, sec), protoCall(2, "nope", 5, sec), protoCall(3, "ok", 6, sec),
+		protoCall(4, "closed", 5, sec), protoCall(5, "refuse", 5, sec), protoCall(6, "consumed", 5, sec),
+		protoCall(7, "ok", 5, 0))
+	got := collect(t, answers, 1, 2, 3, 4, 5, 6, 7)
+	for id, term := range map[uint64]uint64{1: 5, 3: 6, 6: 42} {
+		if a := got[id].a; a.GetError() != nil || a.GetTerm() != term || !a.GetSuccess() {
+			t.Errorf("call %d: %v, want a response with term %d", id, a, term)
 		}
 	}
-	for _, i := range []int{1, 3} {
-		if k := res[i].GetError().GetKind(); k != raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP {
-			t.Errorf("result %d: %v, want unknown group", i, res[i])
+	for _, id := range []uint64{2, 4} {
+		if k := kind(got[id]); k != unknown {
+			t.Errorf("call %d: %v, want unknown group", id, got[id].a)
 		}
 	}
-	if e := res[4].GetError(); e.GetKind() != raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_RAFT || e.GetMessage() != "not now" {
-		t.Errorf("result 4: %v, want raft error \"not now\"", res[4])
+	if e := got[5].a.GetError(); e.GetKind() != raftErr || e.GetMessage() != "not now" {
+		t.Errorf("call 5: %v, want raft error \"not now\"", got[5].a)
+	}
+	if k := kind(got[7]); k != notAnswered {
+		t.Errorf("call 7, out of time on arrival: %v, want not answered", got[7].a)
+	}
+	for id, a := range got {
+		if took := a.at.Sub(start); took > 500*time.Millisecond {
+			t.Errorf("call %d answered after %v, want at once", id, took)
+		}
 	}
 
-	// Stragglers first: the others are answered, the call ends at the
-	// cut-off.
-	start = time.Now()
-	out, err = raw.Heartbeat(ctx, &raftv1.HeartbeatRequest{Heartbeats: []*raftv1.AppendEntriesRequest{
-		protoHeartbeat("blocked", 5), protoHeartbeat("deaf", 5), protoHeartbeat("ok", 7), protoHeartbeat("nope", 5),
-	}})
-	took := time.Since(start)
-	if err != nil {
-		t.Fatalf("Heartbeat with stragglers: %v", err)
+	// Slow ones first: the others are answered at once, and so is the next
+	// message; the deaf one at its timeout, the blocked one once released.
+	const deafTimeout = 400 * time.Millisecond
+	start = send(protoCall(10, "blocked", 5, 5*sec), protoCall(11, "deaf", 5, deafTimeout),
+		protoCall(12, "ok", 7, sec), protoCall(13, "nope", 5, sec))
+	next := send(protoCall(14, "ok", 8, sec))
+	got = collect(t, answers, 12, 13, 14)
+	if a := got[12].a; a.GetTerm() != 7 || a.GetError() != nil {
+		t.Errorf("call 12, behind slow ones: %v, want a response with term 7", a)
 	}
-	if took < heartbeatStragglerWait || took > heartbeatStragglerWait+time.Second {
-		t.Errorf("call with stragglers took %v, want about %v", took, heartbeatStragglerWait)
+	if k := kind(got[13]); k != unknown {
+		t.Errorf("call 13: %v, want unknown group", got[13].a)
 	}
-	res = out.GetResults()
-	for _, i := range []int{0, 1} {
-		if k := res[i].GetError().GetKind(); k != raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_NOT_ANSWERED {
-			t.Errorf("straggler %d: %v, want not answered", i, res[i])
+	if a := got[14].a; a.GetTerm() != 8 || a.GetError() != nil {
+		t.Errorf("call 14, in the next message: %v, want a response with term 8", a)
+	}
+	for id, since := range map[uint64]time.Time{12: start, 13: start, 14: next} {
+		if took := got[id].at.Sub(since); took > deafTimeout/2 {
+			t.Errorf("call %d answered after %v: held back by slow calls", id, took)
 		}
 	}
-	if r := res[2].GetResponse(); r == nil || r.GetTerm() != 7 {
-		t.Errorf("result 2 (behind stragglers): %v, want a response with term 7", res[2])
+	got = collect(t, answers, 11)
+	if k := kind(got[11]); k != notAnswered {
+		t.Errorf("call 11 (deaf): %v, want not answered", got[11].a)
 	}
-	if k := res[3].GetError().GetKind(); k != raftv1.HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP {
-		t.Errorf("result 3: %v, want unknown group", res[3])
+	if took := got[11].at.Sub(start); took < deafTimeout-50*time.Millisecond || took > deafTimeout+time.Second {
+		t.Errorf("call 11 (deaf) answered after %v, want about %v", took, deafTimeout)
+	}
+	releaseOnce.Do(func() { close(release) })
+	got = collect(t, answers, 10)
+	if a := got[10].a; a.GetTerm() != 77 || a.GetError() != nil {
+		t.Errorf("call 10 (blocked, then released): %v, want a response with term 77", a)
 	}
 
 	// Through Transports, in the same batch.
@@ -284,7 +450,7 @@ func TestHeartbeatBatchAnswers(t *testing.T) {
 	if !errors.Is(errs[1], ErrUnknownGroup) {
 		t.Errorf("heartbeat of a group the peer lacks: %v, want ErrUnknownGroup", errs[1])
 	}
-	t.Logf("2 heartbeats in %d calls", b.batchCalls.Load()-calls0)
+	t.Logf("2 heartbeats in %d messages", b.batchCalls.Load()-calls0)
 	tr, err := a.mux.Group("refuse")
 	if err != nil {
 		t.Fatal(err)
@@ -483,7 +649,7 @@ func TestHeartbeatBlackhole(t *testing.T) {
 		_ = b.mux.Close()
 		b.srv.Stop()
 	}
-	waitNoGoroutines(t, "raftnet.(*hbBatcher)", "raftnet.(*hbJob)", "raftnet.(*Transport).heartbeat", "raftnet.(*server).Heartbeat")
+	waitNoGoroutines(t, "raftnet.(*hbBatcher)", "raftnet.(*hbJob)", "raftnet.(*Transport).viaBatcher", "raftnet.(*server).HeartbeatStream")
 }
 
 // waitNoGoroutines fails the test unless, within 5 s, no goroutine's stack
@@ -510,6 +676,162 @@ func waitNoGoroutines(t *testing.T, funcs ...string) {
 			t.Fatalf("%d goroutines left behind:\n%s", len(left), strings.Join(left, "\n\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// relay forwards the TCP connections made to its own loopback port to a
+// target it can change, and can cut every connection it carries: a peer
+// that restarts behind the same address, as the dialler sees it.
+type relay struct {
+	lis net.Listener
+
+	mu     sync.Mutex
+	target string
+	conns  map[net.Conn]struct{}
+}
+
+func newRelay(t *testing.T, target string) *relay {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	r := &relay{lis: lis, target: target, conns: make(map[net.Conn]struct{})}
+	go r.accept()
+	t.Cleanup(func() {
+		lis.Close()
+		r.cut()
+	})
+	return r
+}
+
+func (r *relay) addr() string { return r.lis.Addr().String() }
+
+func (r *relay) retarget(target string) {
+	r.mu.Lock()
+	r.target = target
+	r.mu.Unlock()
+}
+
+func (r *relay) accept() {
+	for {
+		in, err := r.lis.Accept()
+		if err != nil {
+			return
+		}
+		r.mu.Lock()
+		target := r.target
+		r.mu.Unlock()
+		out, err := net.Dial("tcp", target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		r.mu.Lock()
+		r.conns[in], r.conns[out] = struct{}{}, struct{}{}
+		r.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			_, _ = io.Copy(dst, src)
+			dst.Close()
+			src.Close()
+			r.mu.Lock()
+			delete(r.conns, dst)
+			delete(r.conns, src)
+			r.mu.Unlock()
+		}
+		go pipe(out, in)
+		go pipe(in, out)
+	}
+}
+
+// cut closes every connection the relay carries.
+func (r *relay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.conns {
+		c.Close()
+	}
+}
+
+// TestHeartbeatPeerRestart: the peer's process restarts behind the same
+// address (its connections break, a new server answers there): heartbeats
+// fail for a moment, then flow again on a new stream, with no resolver
+// change.
+func TestHeartbeatPeerRestart(t *testing.T) {
+	c := newCluster(t, 2, Config{HeartbeatTimeout: 300 * time.Millisecond})
+	peer := c.brokers[1]
+	target, err := c.peers.resolve("2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRelay(t, target)
+	c.peers.set("2", r.addr())
+	from, _ := openPairs(t, c.brokers[0], peer, "rs", 4)
+	if _, errs, _ := heartbeatAll(from); errors.Join(errs...) != nil {
+		t.Fatalf("heartbeats before the restart: %v", errors.Join(errs...))
+	}
+	if n := peer.streams.Load(); n != 1 {
+		t.Fatalf("%d heartbeat streams before the restart, want 1", n)
+	}
+
+	old := peer.srv
+	r.retarget(peer.serve(t))
+	old.Stop()
+	r.cut()
+	start := time.Now()
+	failed := false
+	for {
+		_, errs, _ := heartbeatAll(from)
+		if errors.Join(errs...) == nil {
+			break
+		}
+		failed = true
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("heartbeats still failing 10 s after the restart: %v", errors.Join(errs...))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("heartbeats back %v after the restart (failed meanwhile: %v)", time.Since(start).Round(time.Millisecond), failed)
+	if n := peer.streams.Load(); n < 2 {
+		t.Errorf("%d heartbeat streams, want a new one after the restart", n)
+	}
+	if n := c.brokers[0].mux.connCount(); n != 1 {
+		t.Errorf("%d connections to the restarted peer, want 1", n)
+	}
+}
+
+// TestHeartbeatGracefulStop: a peer's graceful stop, which waits for the
+// streams served, does not wait for the heartbeat streams of its callers;
+// heartbeats to it then wait for it up to their deadline (see waitForPeer)
+// and fail.
+func TestHeartbeatGracefulStop(t *testing.T) {
+	const timeout = time.Second
+	c := newCluster(t, 2, Config{HeartbeatTimeout: timeout})
+	from, _ := openPairs(t, c.brokers[0], c.brokers[1], "gs", 3)
+	if _, errs, _ := heartbeatAll(from); errors.Join(errs...) != nil {
+		t.Fatalf("heartbeats: %v", errors.Join(errs...))
+	}
+	stopped := make(chan struct{})
+	start := time.Now()
+	go func() {
+		c.brokers[1].srv.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Logf("graceful stop took %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(3 * time.Second):
+		t.Fatal("the peer's graceful stop still waits 3 s later")
+	}
+	start = time.Now()
+	_, errs, _ := heartbeatAll(from)
+	for i, err := range errs {
+		if err == nil {
+			t.Errorf("heartbeat %d to a stopped peer succeeded", i)
+		}
+	}
+	if took := time.Since(start); took < timeout-100*time.Millisecond || took > 3*timeout {
+		t.Errorf("heartbeats to a stopped peer failed after %v, want about %v (waiting for it)", took, timeout)
 	}
 }
 
@@ -583,55 +905,105 @@ func TestIdleLeadersKeepLeadership(t *testing.T) {
 	}
 }
 
-// fakeHeartbeats is a RaftServiceClient whose Heartbeat records each call
-// and answers it once hold (if set) lets it.
-type fakeHeartbeats struct {
-	raftv1.RaftServiceClient
-	hold  chan struct{} // nil: answer at once
-	calls chan fakeCall
+// fakePeer serves a heartbeat stream that records each message and
+// answers it with handle (default answerAll), which is set before serving.
+type fakePeer struct {
+	raftv1.UnimplementedRaftServiceServer
+	handle  func(raftv1.RaftService_HeartbeatStreamServer, *raftv1.HeartbeatStreamRequest) error
+	msgs    chan fakeMsg
+	streams atomic.Int32
 }
 
-type fakeCall struct {
+type fakeMsg struct {
 	at     time.Time
+	stream int32
 	groups []string
 }
 
-func (f *fakeHeartbeats) Heartbeat(ctx context.Context, in *raftv1.HeartbeatRequest, _ ...grpc.CallOption) (*raftv1.HeartbeatResponse, error) {
-	call := fakeCall{at: time.Now()}
-	out := &raftv1.HeartbeatResponse{}
-	for _, hb := range in.GetHeartbeats() {
-		call.groups = append(call.groups, hb.GetGroup())
-		out.Results = append(out.Results, &raftv1.HeartbeatResult{Result: &raftv1.HeartbeatResult_Response{
-			Response: &raftv1.AppendEntriesResponse{Term: hb.GetTerm(), Success: true},
-		}})
-	}
-	f.calls <- call
-	if f.hold != nil {
-		select {
-		case <-f.hold:
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
+func (f *fakePeer) HeartbeatStream(s raftv1.RaftService_HeartbeatStreamServer) error {
+	n := f.streams.Add(1)
+	for {
+		in, err := s.Recv()
+		if err != nil {
+			return nil
+		}
+		m := fakeMsg{at: time.Now(), stream: n}
+		for _, c := range in.GetCalls() {
+			m.groups = append(m.groups, c.GetGroup())
+		}
+		f.msgs <- m
+		handle := f.handle
+		if handle == nil {
+			handle = answerAll
+		}
+		if err := handle(s, in); err != nil {
+			return err
 		}
 	}
-	return out, nil
 }
 
-// TestHBBatcher drives the batcher with a fake peer: a batch leaves linger
-// after its first heartbeat, with everything queued since, and each caller
-// gets its own answer; while a call hangs, the next batch still leaves
-// linger after its first heartbeat; heartbeats that come during a quick
-// call leave linger after the first of them; without linger a heartbeat
-// leaves at once, or right after the call in flight; a full batch leaves at
-// once; heartbeats whose caller gave up are left out; close fails what is
-// queued and ends the batcher's goroutine.
+// answerAll answers every call of in with success and the call's term.
+func answerAll(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+	out := &raftv1.HeartbeatStreamResponse{}
+	for _, c := range in.GetCalls() {
+		out.Answers = append(out.Answers, &raftv1.HeartbeatAnswer{Id: c.GetId(), Term: c.GetTerm(), Success: true})
+	}
+	return s.Send(out)
+}
+
+// listenFake serves f on a loopback port and returns its address and the
+// server.
+func listenFake(t *testing.T, f *fakePeer) (string, *grpc.Server) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	raftv1.RegisterRaftServiceServer(srv, f)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String(), srv
+}
+
+// dialFake returns a connection to target that reconnects as the Mux's do.
+func dialFake(t *testing.T, target string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second,
+		}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// serveFake serves f on a loopback port and returns a connection to it and
+// the server.
+func serveFake(t *testing.T, f *fakePeer) (*grpc.ClientConn, *grpc.Server) {
+	t.Helper()
+	addr, srv := listenFake(t, f)
+	return dialFake(t, addr), srv
+}
+
+// TestHBBatcher drives the batcher against a fake peer: a batch leaves
+// linger after its first call, with everything queued since, and each
+// caller gets its own answer, whatever the order and grouping of the
+// answers; without linger a call leaves at once; a full batch leaves at
+// once; calls whose caller gave up are left out; a nudge sends a batch
+// that has waited half its linger; a stream that breaks fails its
+// unanswered calls at once, and the next batch opens a new one; a call to
+// a peer that is down waits for it up to its deadline, and is answered if
+// the peer comes back in time; close fails what is queued or awaits an
+// answer and ends the batcher's goroutines.
 func TestHBBatcher(t *testing.T) {
 	const linger = 30 * time.Millisecond
 	newCall := func(group string, term uint64, timeout time.Duration) *hbCall {
-		return &hbCall{
-			req:      protoHeartbeat(group, term),
-			deadline: time.Now().Add(timeout),
-			done:     make(chan hbResult, 1),
-		}
+		c := &hbCall{deadline: time.Now().Add(timeout), done: make(chan hbResult, 1)}
+		heartbeatCallFromRequest(&c.msg, group, heartbeatReq(term))
+		return c
 	}
 	result := func(t *testing.T, c *hbCall) hbResult {
 		t.Helper()
@@ -639,25 +1011,31 @@ func TestHBBatcher(t *testing.T) {
 		case r := <-c.done:
 			return r
 		case <-time.After(5 * time.Second):
-			t.Fatalf("no answer for %s", c.req.GetGroup())
+			t.Fatalf("no answer for %s", c.msg.GetGroup())
 			return hbResult{}
 		}
 	}
-	nextCall := func(t *testing.T, f *fakeHeartbeats) fakeCall {
+	answered := func(t *testing.T, c *hbCall, term uint64) {
 		t.Helper()
-		select {
-		case c := <-f.calls:
-			return c
-		case <-time.After(5 * time.Second):
-			t.Fatal("no Heartbeat call")
-			return fakeCall{}
+		if r := result(t, c); r.err != nil || r.answer.GetTerm() != term {
+			t.Errorf("%s: %+v, want an answer with term %d", c.msg.GetGroup(), r, term)
 		}
 	}
-	noCall := func(t *testing.T, f *fakeHeartbeats, d time.Duration) {
+	nextMsg := func(t *testing.T, f *fakePeer) fakeMsg {
 		t.Helper()
 		select {
-		case c := <-f.calls:
-			t.Fatalf("unexpected call with %v", c.groups)
+		case m := <-f.msgs:
+			return m
+		case <-time.After(5 * time.Second):
+			t.Fatal("no message")
+			return fakeMsg{}
+		}
+	}
+	noMsg := func(t *testing.T, f *fakePeer, d time.Duration) {
+		t.Helper()
+		select {
+		case m := <-f.msgs:
+			t.Fatalf("unexpected message with %v", m.groups)
 		case <-time.After(d):
 		}
 	}
@@ -668,148 +1046,278 @@ func TestHBBatcher(t *testing.T) {
 			t.Errorf("%s left %v after its due time", what, d)
 		}
 	}
+	// newPeer returns a batcher whose stream to a fake peer is open, so
+	// that connecting takes no part in the timings.
+	newPeer := func(t *testing.T, linger time.Duration, handle func(raftv1.RaftService_HeartbeatStreamServer, *raftv1.HeartbeatStreamRequest) error) (*fakePeer, *hbBatcher) {
+		f := &fakePeer{handle: handle, msgs: make(chan fakeMsg, 16)}
+		cc, _ := serveFake(t, f)
+		b := newHBBatcher(raftv1.NewRaftServiceClient(cc), cc, linger, nil)
+		t.Cleanup(b.close)
+		warm := newCall("warm-up", 1, 10*time.Second)
+		_ = b.enqueue(warm, true)
+		b.nudge(time.Now().Add(24 * time.Hour)) // a day later: leaves now
+		nextMsg(t, f)
+		if r := result(t, warm); r.err != nil {
+			t.Fatalf("warm-up: %v", r.err)
+		}
+		return f, b
+	}
 
 	t.Run("linger", func(t *testing.T) {
-		f := &fakeHeartbeats{calls: make(chan fakeCall, 16)}
-		b := newHBBatcher(f, linger)
-		defer b.close()
+		f, b := newPeer(t, linger, nil)
 		first := time.Now()
 		a := newCall("a", 1, time.Second)
-		if err := b.enqueue(a); err != nil {
+		if err := b.enqueue(a, true); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond)
 		c := newCall("c", 2, time.Second)
-		_ = b.enqueue(c)
-		call := nextCall(t, f)
-		within(t, "batch", call.at, first.Add(linger))
-		if len(call.groups) != 2 {
-			t.Errorf("call carried %v, want a and c", call.groups)
+		_ = b.enqueue(c, true)
+		m := nextMsg(t, f)
+		within(t, "batch", m.at, first.Add(linger))
+		if len(m.groups) != 2 {
+			t.Errorf("message carried %v, want a and c", m.groups)
 		}
-		if r := result(t, a); r.err != nil || r.resp.GetTerm() != 1 {
-			t.Errorf("a: %+v", r)
+		answered(t, a, 1)
+		answered(t, c, 2)
+		// The next batch: linger after its first call, on the same stream.
+		first = time.Now()
+		d := newCall("d", 3, time.Second)
+		_ = b.enqueue(d, true)
+		m = nextMsg(t, f)
+		within(t, "second batch", m.at, first.Add(linger))
+		answered(t, d, 3)
+		if m.stream != 1 {
+			t.Errorf("second batch on stream %d, want the first one", m.stream)
 		}
-		if r := result(t, c); r.err != nil || r.resp.GetTerm() != 2 {
-			t.Errorf("c: %+v", r)
-		}
-	})
-
-	t.Run("hanging call", func(t *testing.T) {
-		f := &fakeHeartbeats{calls: make(chan fakeCall, 16), hold: make(chan struct{})}
-		b := newHBBatcher(f, linger)
-		defer b.close()
-		_ = b.enqueue(newCall("a", 1, time.Second))
-		nextCall(t, f) // run is now held in this call
-		first := time.Now()
-		x := newCall("x", 3, time.Second)
-		_ = b.enqueue(x)
-		call := nextCall(t, f)
-		within(t, "batch behind a hanging call", call.at, first.Add(linger))
-		close(f.hold)
-		if r := result(t, x); r.err != nil || r.resp.GetTerm() != 3 {
-			t.Errorf("x: %+v", r)
-		}
-	})
-
-	t.Run("during a quick call", func(t *testing.T) {
-		f := &fakeHeartbeats{calls: make(chan fakeCall, 16), hold: make(chan struct{})}
-		b := newHBBatcher(f, linger)
-		defer b.close()
-		_ = b.enqueue(newCall("a", 1, time.Second))
-		nextCall(t, f)
-		first := time.Now()
-		_ = b.enqueue(newCall("y", 4, time.Second))
-		time.Sleep(5 * time.Millisecond)
-		f.hold <- struct{}{} // the call in flight ends; run takes the batch over
-		time.Sleep(5 * time.Millisecond)
-		_ = b.enqueue(newCall("z", 5, time.Second))
-		close(f.hold)
-		call := nextCall(t, f)
-		within(t, "batch queued during a call", call.at, first.Add(linger))
-		if len(call.groups) != 2 {
-			t.Errorf("call carried %v, want y and z", call.groups)
-		}
-		noCall(t, f, 2*linger)
 	})
 
 	t.Run("no linger", func(t *testing.T) {
-		f := &fakeHeartbeats{calls: make(chan fakeCall, 16), hold: make(chan struct{})}
-		b := newHBBatcher(f, 0)
-		defer b.close()
+		hold := make(chan struct{})
+		f, b := newPeer(t, 0, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+			if in.GetCalls()[0].GetGroup() == "held" {
+				<-hold
+			}
+			return answerAll(s, in)
+		})
 		start := time.Now()
-		_ = b.enqueue(newCall("a", 1, time.Second))
-		within(t, "heartbeat to an idle peer", nextCall(t, f).at, start)
-		_ = b.enqueue(newCall("p", 1, time.Second))
-		_ = b.enqueue(newCall("q", 1, time.Second))
-		noCall(t, f, 20*time.Millisecond)
+		a := newCall("a", 1, time.Second)
+		_ = b.enqueue(a, true)
+		within(t, "call to an idle peer", nextMsg(t, f).at, start)
+		answered(t, a, 1)
+		// While a call awaits its answer, the next ones wait for it.
+		held := newCall("held", 2, 5*time.Second)
+		_ = b.enqueue(held, true)
+		nextMsg(t, f)
+		p, q := newCall("p", 3, 5*time.Second), newCall("q", 4, 5*time.Second)
+		_ = b.enqueue(p, true)
+		_ = b.enqueue(q, true)
+		noMsg(t, f, 20*time.Millisecond)
 		released := time.Now()
-		f.hold <- struct{}{}
-		call := nextCall(t, f)
-		within(t, "heartbeats queued behind a call", call.at, released)
-		if len(call.groups) != 2 {
-			t.Errorf("call carried %v, want p and q", call.groups)
+		close(hold)
+		m := nextMsg(t, f)
+		within(t, "calls queued behind an unanswered one", m.at, released)
+		if len(m.groups) != 2 {
+			t.Errorf("message carried %v, want p and q", m.groups)
 		}
-		close(f.hold)
+		answered(t, held, 2)
+		answered(t, p, 3)
+		answered(t, q, 4)
 	})
 
 	t.Run("full batch", func(t *testing.T) {
-		f := &fakeHeartbeats{calls: make(chan fakeCall, 16)}
-		b := newHBBatcher(f, time.Hour)
-		defer b.close()
+		f, b := newPeer(t, time.Hour, nil)
 		start := time.Now()
-		for i := range maxHeartbeatBatch {
-			_ = b.enqueue(newCall(fmt.Sprint(i), 1, time.Second))
+		calls := make([]*hbCall, maxHeartbeatBatch)
+		for i := range calls {
+			calls[i] = newCall(fmt.Sprint(i), uint64(i+1), 5*time.Second)
+			_ = b.enqueue(calls[i], true)
 		}
-		call := nextCall(t, f)
-		within(t, "full batch", call.at, start)
-		if len(call.groups) != maxHeartbeatBatch {
-			t.Errorf("full batch carried %d heartbeats", len(call.groups))
+		m := nextMsg(t, f)
+		within(t, "full batch", m.at, start)
+		if len(m.groups) != maxHeartbeatBatch {
+			t.Errorf("full batch carried %d calls", len(m.groups))
+		}
+		for i, c := range calls {
+			answered(t, c, uint64(i+1))
+		}
+	})
+
+	t.Run("answers by id", func(t *testing.T) {
+		// One answer per message, last call first.
+		f, b := newPeer(t, linger, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+			calls := in.GetCalls()
+			for i := len(calls) - 1; i >= 0; i-- {
+				c := calls[i]
+				if err := s.Send(&raftv1.HeartbeatStreamResponse{Answers: []*raftv1.HeartbeatAnswer{{Id: c.GetId(), Term: c.GetTerm() * 10}}}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		var calls []*hbCall
+		for i := range 5 {
+			calls = append(calls, newCall(fmt.Sprint(i), uint64(i+1), time.Second))
+			_ = b.enqueue(calls[i], true)
+		}
+		nextMsg(t, f)
+		for i, c := range calls {
+			answered(t, c, uint64(i+1)*10)
 		}
 	})
 
 	t.Run("callers gone", func(t *testing.T) {
-		f := &fakeHeartbeats{calls: make(chan fakeCall, 16)}
-		b := newHBBatcher(f, linger)
-		defer b.close()
+		f, b := newPeer(t, linger, nil)
 		gone := make(chan struct{})
 		close(gone)
 		left := newCall("left", 1, time.Second)
 		left.gone = gone
-		_ = b.enqueue(left)
-		_ = b.enqueue(newCall("late", 1, time.Millisecond))
+		_ = b.enqueue(left, true)
+		_ = b.enqueue(newCall("late", 1, time.Millisecond), true)
 		stay := newCall("stay", 1, time.Second)
-		_ = b.enqueue(stay)
-		call := nextCall(t, f)
-		if len(call.groups) != 1 || call.groups[0] != "stay" {
-			t.Errorf("call carried %v, want only stay", call.groups)
+		_ = b.enqueue(stay, true)
+		m := nextMsg(t, f)
+		if len(m.groups) != 1 || m.groups[0] != "stay" {
+			t.Errorf("message carried %v, want only stay", m.groups)
 		}
-		if r := result(t, stay); r.err != nil {
-			t.Errorf("stay: %v", r.err)
-		}
+		answered(t, stay, 1)
 		// Nobody waits for the others: they get no answer.
 		select {
 		case r := <-left.done:
 			t.Errorf("left got %+v", r)
 		default:
 		}
-		// All gone: no call at all.
-		_ = b.enqueue(left)
-		noCall(t, f, 2*linger)
+		// All gone: no message at all.
+		_ = b.enqueue(left, true)
+		noMsg(t, f, 2*linger)
+	})
+
+	t.Run("nudge", func(t *testing.T) {
+		const long = 400 * time.Millisecond
+		f, b := newPeer(t, long, nil)
+		first := time.Now()
+		a := newCall("a", 1, time.Second)
+		_ = b.enqueue(a, true)
+		b.nudge(time.Now()) // too young: stays
+		noMsg(t, f, long/4)
+		time.Sleep(long/2 - time.Since(first))
+		nudged := time.Now()
+		b.nudge(nudged)
+		within(t, "nudged batch", nextMsg(t, f).at, nudged)
+		answered(t, a, 1)
+	})
+
+	t.Run("stream broken mid-batch", func(t *testing.T) {
+		f, b := newPeer(t, linger, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+			for _, c := range in.GetCalls() {
+				if c.GetGroup() == "break" {
+					return status.Error(codes.Unavailable, "boom")
+				}
+			}
+			return answerAll(s, in)
+		})
+		x := newCall("x", 1, 5*time.Second)
+		brk := newCall("break", 1, 5*time.Second)
+		_ = b.enqueue(x, true)
+		_ = b.enqueue(brk, true)
+		start := time.Now()
+		nextMsg(t, f)
+		for _, c := range []*hbCall{x, brk} {
+			r := result(t, c)
+			if status.Code(r.err) != codes.Unavailable || !strings.Contains(r.err.Error(), "boom") {
+				t.Errorf("%s on a broken stream: %+v, want the stream's error", c.msg.GetGroup(), r)
+			}
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("calls of a broken stream failed after %v", took)
+		}
+		y := newCall("y", 2, time.Second)
+		_ = b.enqueue(y, true)
+		if m := nextMsg(t, f); m.stream != 2 {
+			t.Errorf("batch after the break on stream %d, want a new one (2)", m.stream)
+		}
+		answered(t, y, 2)
+	})
+
+	t.Run("peer down and back", func(t *testing.T) {
+		// The peer behind a relay: it goes away with its connections,
+		// then another one answers behind the same address.
+		hang := func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+			if in.GetCalls()[0].GetGroup() == "hang" {
+				<-s.Context().Done() // never answers
+				return nil
+			}
+			return answerAll(s, in)
+		}
+		f := &fakePeer{msgs: make(chan fakeMsg, 16), handle: hang}
+		addr, srv := listenFake(t, f)
+		r := newRelay(t, addr)
+		cc := dialFake(t, r.addr())
+		b := newHBBatcher(raftv1.NewRaftServiceClient(cc), cc, linger, nil)
+		defer b.close()
+		a := newCall("hang", 1, 10*time.Second)
+		_ = b.enqueue(a, true)
+		nextMsg(t, f)
+
+		// The peer goes: the call awaiting its answer fails at once.
+		start := time.Now()
+		srv.Stop()
+		r.cut()
+		if r := result(t, a); r.err == nil {
+			t.Error("a call awaiting a peer that went away succeeded")
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("a call awaiting a peer that went away failed after %v", took)
+		}
+
+		// While it is down, a call waits for it up to its deadline.
+		const short = 300 * time.Millisecond
+		c := newCall("c", 1, short)
+		start = time.Now()
+		_ = b.enqueue(c, true)
+		if r := result(t, c); status.Code(r.err) != codes.DeadlineExceeded {
+			t.Errorf("a call to a peer that is down: %v, want deadline exceeded", r.err)
+		}
+		if took := time.Since(start); took < short-20*time.Millisecond || took > short+time.Second {
+			t.Errorf("a call to a peer that is down failed after %v, want about %v", took, short)
+		}
+
+		// The peer comes back within a call's deadline: answered.
+		d := newCall("d", 2, 10*time.Second)
+		_ = b.enqueue(d, true)
+		time.Sleep(100 * time.Millisecond)
+		back := &fakePeer{msgs: make(chan fakeMsg, 16)}
+		addr, _ = listenFake(t, back)
+		r.retarget(addr)
+		answered(t, d, 2)
+		if n := back.streams.Load(); n != 1 {
+			t.Errorf("%d streams to the peer that came back, want 1", n)
+		}
 	})
 
 	t.Run("close", func(t *testing.T) {
-		f := &fakeHeartbeats{calls: make(chan fakeCall, 16)}
-		b := newHBBatcher(f, time.Hour)
-		q := newCall("q", 1, time.Second)
-		_ = b.enqueue(q)
+		f := &fakePeer{msgs: make(chan fakeMsg, 16), handle: func(s raftv1.RaftService_HeartbeatStreamServer, _ *raftv1.HeartbeatStreamRequest) error {
+			<-s.Context().Done() // never answers
+			return nil
+		}}
+		cc, _ := serveFake(t, f)
+		b := newHBBatcher(raftv1.NewRaftServiceClient(cc), cc, time.Hour, nil)
+		sent := newCall("sent", 1, 10*time.Second)
+		_ = b.enqueue(sent, true)
+		b.nudge(time.Now().Add(time.Hour)) // an hour later: sent now
+		nextMsg(t, f)
+		q := newCall("q", 1, 10*time.Second)
+		_ = b.enqueue(q, true)
 		b.close()
 		b.close()
-		if r := result(t, q); !errors.Is(r.err, errBatcherClosed) {
-			t.Errorf("queued heartbeat at close: %v, want errBatcherClosed", r.err)
+		for _, c := range []*hbCall{sent, q} {
+			if r := result(t, c); !errors.Is(r.err, errBatcherClosed) {
+				t.Errorf("%s at close: %v, want errBatcherClosed", c.msg.GetGroup(), r.err)
+			}
 		}
-		if err := b.enqueue(newCall("after", 1, time.Second)); !errors.Is(err, errBatcherClosed) {
+		if err := b.enqueue(newCall("after", 1, time.Second), true); !errors.Is(err, errBatcherClosed) {
 			t.Errorf("enqueue after close: %v", err)
 		}
-		waitNoGoroutines(t, "raftnet.(*hbBatcher).run")
+		waitNoGoroutines(t, "raftnet.(*hbBatcher)")
 	})
 }

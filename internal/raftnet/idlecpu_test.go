@@ -52,10 +52,12 @@ func TestIdleCPU(t *testing.T) {
 	before := leaders()
 	time.Sleep(3 * time.Second) // let elections and the first replication settle
 
-	var hb0, calls0 int64
+	var hb0, calls0, ae0, unary0 int64
 	for _, b := range c.brokers {
 		hb0 += b.heartbeats.Load()
 		calls0 += b.heartbeatCalls.Load()
+		ae0 += b.streamAppends.Load()
+		unary0 += b.appendCalls.Load()
 	}
 	if *idleProfile != "" {
 		f, err := os.Create(*idleProfile)
@@ -73,10 +75,12 @@ func TestIdleCPU(t *testing.T) {
 	if *idleProfile != "" {
 		pprof.StopCPUProfile()
 	}
-	var hb1, calls1 int64
+	var hb1, calls1, ae1, unary1 int64
 	for _, b := range c.brokers {
 		hb1 += b.heartbeats.Load()
 		calls1 += b.heartbeatCalls.Load()
+		ae1 += b.streamAppends.Load()
+		unary1 += b.appendCalls.Load()
 	}
 
 	after := leaders()
@@ -91,9 +95,11 @@ func TestIdleCPU(t *testing.T) {
 	wall := wall1.Sub(wall0).Seconds()
 	load := (cpu1 - cpu0).Seconds() / wall
 	t.Logf("%d idle groups x 3 voters over 3 muxes, %.1f s: CPU %.3f s/s (%.1f%% of one core, %.2f ms/s per group), "+
-		"%.0f heartbeats/s in %.0f calls/s, leaders per broker %v, %d groups changed leader",
+		"%.0f heartbeats/s and %.0f AppendEntries without entries/s in %.0f messages/s, %.0f AppendEntries calls/s, "+
+		"leaders per broker %v, %d groups changed leader",
 		len(gs), wall, load, 100*load, 1000*load/float64(len(gs)),
-		float64(hb1-hb0)/wall, float64(calls1-calls0)/wall, perBroker, changed)
+		float64(hb1-hb0)/wall, float64(ae1-ae0)/wall, float64(calls1-calls0)/wall, float64(unary1-unary0)/wall,
+		perBroker, changed)
 
 	var wg sync.WaitGroup
 	for _, g := range gs {

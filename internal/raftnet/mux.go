@@ -23,10 +23,13 @@ const (
 	DefaultSnapshotTimeout  = 30 * time.Second
 	// DefaultHeartbeatLinger: raft sends a heartbeat every 50-100 ms at
 	// tapes' 500 ms heartbeat timeout; 20 ms more is 4% of the follower's
-	// timeout. A linger coalesces about rate x linger heartbeats per call:
-	// with 100 idle groups on 3 brokers, 5 ms made calls of 3.3 heartbeats
-	// and 20 ms of 8.8, which took the idle cluster from about 48% to about
-	// 32% of one core (internal/bench TestBenchIdleCPU).
+	// timeout. A linger coalesces about rate x linger heartbeats per
+	// message: with 100 idle groups on 3 brokers, 5 ms made calls of 3.3
+	// heartbeats and 20 ms of 8.8, which took the idle cluster from about
+	// 48% to about 32% of one core (internal/bench TestBenchIdleCPU). With
+	// the heartbeat stream, 40 ms took about 4 points more off that
+	// benchmark, but every heartbeat round (and so raft's heartbeat period)
+	// would take up to 20 ms longer.
 	DefaultHeartbeatLinger = 20 * time.Millisecond
 
 	// MaxMessageSize bounds one gRPC message (an AppendEntries batch) in both
@@ -78,13 +81,15 @@ type Config struct {
 	// MiB of snapshot is added to it.
 	SnapshotTimeout time.Duration
 
-	// HeartbeatLinger is how long a heartbeat may wait for the heartbeats
-	// of other groups to the same peer, so that they share one Heartbeat
-	// RPC (see hbBatcher); no heartbeat waits longer. 0 means
+	// HeartbeatLinger is how long a heartbeat (or an AppendEntries without
+	// entries) may wait for those of other groups to the same peer, so that
+	// they share one message of the peer's heartbeat stream (see
+	// hbBatcher); none waits longer, and one that has waited half of it
+	// leaves early when the Mux sends to some peer anyway. 0 means
 	// DefaultHeartbeatLinger; a negative value means no wait (a heartbeat
-	// leaves at once, or with the next call when one to its peer is in
-	// flight), which coalesces little: idle, calls take far less time than
-	// the gaps between heartbeats.
+	// leaves at once, or, while calls to its peer await their answers, with
+	// everything queued once they have them), which coalesces little: idle,
+	// answers take far less time than the gaps between heartbeats.
 	HeartbeatLinger time.Duration
 
 	// DialOptions are appended to the Mux's own (insecure loopback
@@ -146,28 +151,29 @@ type Mux struct {
 }
 
 // peerConn is a client connection, the stub over it (made once so that an
-// RPC allocates neither) and the batcher of the heartbeats sent over it.
+// RPC allocates neither) and the batcher of the heartbeats (and
+// AppendEntries without entries) sent over it.
 type peerConn struct {
 	cc     *grpc.ClientConn
 	client raftv1.RaftServiceClient
 	hb     *hbBatcher
 }
 
-// close fails the heartbeats queued for the connection, then closes it;
-// calls in flight on it fail.
+// close fails the heartbeats queued for the connection or awaiting an
+// answer, then closes it; calls in flight on it fail.
 func (pc *peerConn) close() error {
 	pc.hb.close()
 	return pc.cc.Close()
 }
 
-// waitForPeer makes a replication call (AppendEntries, heartbeats,
-// InstallSnapshot) to a peer that is down wait, up to the call's deadline,
-// for the peer to come back instead of failing at once: hashicorp/raft
-// backs off exponentially after each failed call to a follower (up to
-// about ten seconds) and resets only on success, so failing fast for the
-// whole time a peer is down would leave it unreplicated for seconds after
-// it returns. Votes do not wait: a candidate asks every peer in parallel
-// and must not hold a connection to a peer that moved.
+// waitForPeer makes a replication call (AppendEntries, the heartbeat
+// stream, InstallSnapshot) to a peer that is down wait, up to the call's
+// deadline, for the peer to come back instead of failing at once:
+// hashicorp/raft backs off exponentially after each failed call to a
+// follower (up to about ten seconds) and resets only on success, so failing
+// fast for the whole time a peer is down would leave it unreplicated for
+// seconds after it returns. Votes do not wait: a candidate asks every peer
+// in parallel and must not hold a connection to a peer that moved.
 var waitForPeer = grpc.WaitForReady(true)
 
 // NewMux returns a Mux for cfg. It dials nothing until the first outbound RPC.
@@ -357,7 +363,7 @@ func (m *Mux) connect(addr raft.ServerAddress) (*peerConn, error) {
 			return nil, fmt.Errorf("dial peer %s at %s: %w", addr, target, err)
 		}
 		client := raftv1.NewRaftServiceClient(cc)
-		pc = &peerConn{cc: cc, client: client, hb: newHBBatcher(client, m.cfg.HeartbeatLinger)}
+		pc = &peerConn{cc: cc, client: client, hb: newHBBatcher(client, cc, m.cfg.HeartbeatLinger, m.nudge)}
 		m.conns[target] = pc
 	}
 	old, had := m.peers[addr]
@@ -372,6 +378,19 @@ func (m *Mux) connect(addr raft.ServerAddress) (*peerConn, error) {
 		m.log.Debug("raft peer dialled", "peer", string(addr), "target", target)
 	}
 	return pc, nil
+}
+
+// nudge sends, now, the batches of every peer connection that have waited
+// half their linger or more (see hbBatcher.nudge). It is called whenever
+// the Mux sends heartbeats or answers them, so that its traffic to every
+// peer leaves in the same bursts.
+func (m *Mux) nudge() {
+	now := time.Now()
+	m.mu.RLock()
+	for _, pc := range m.conns {
+		pc.hb.nudge(now)
+	}
+	m.mu.RUnlock()
 }
 
 // targetInUse reports whether some peer resolves to target. m.mu is held.

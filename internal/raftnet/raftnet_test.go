@@ -382,9 +382,10 @@ func TestResolverChange(t *testing.T) {
 }
 
 // TestWireRoundTrip sends every RPC from one Transport to another with no
-// raft in between: the receiver sees exactly the structs that were sent,
-// every field included, and the sender exactly the response; snapshot data
-// of several chunks arrives byte for byte.
+// raft in between (AppendEntries with and without entries, the latter on
+// the heartbeat stream): the receiver sees exactly the structs that were
+// sent, every field included, and the sender exactly the response; snapshot
+// data of several chunks arrives byte for byte.
 func TestWireRoundTrip(t *testing.T) {
 	var dials atomic.Int32
 	dialer := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
@@ -455,6 +456,23 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 	if len(observed) != 1 || observed[0] != ae {
 		t.Errorf("observer saw %d requests, want the one sent", len(observed))
+	}
+
+	// Without entries: on the heartbeat stream, every field still carried.
+	empty := &raft.AppendEntriesRequest{RPCHeader: hdr, Term: 7, Leader: []byte("1"), PrevLogEntry: 43, PrevLogTerm: 7, LeaderCommitIndex: 43}
+	emptyResp := &raft.AppendEntriesResponse{RPCHeader: respHdr, Term: 7, LastLog: 43, Success: true, NoRetryBackoff: true}
+	done = serve(empty, nil, emptyResp)
+	if err := a.AppendEntries("2", "2", empty, &gotAE); err != nil {
+		t.Fatalf("AppendEntries without entries: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&gotAE, emptyResp) {
+		t.Errorf("AppendEntries without entries: response %#v, want %#v", gotAE, emptyResp)
+	}
+	if len(observed) != 2 || observed[1] != empty {
+		t.Errorf("observer saw %d requests, want the two sent", len(observed))
 	}
 
 	rv := &raft.RequestVoteRequest{RPCHeader: hdr, Term: 8, Candidate: []byte("1"), LastLogIndex: 43, LastLogTerm: 7, LeadershipTransfer: true}

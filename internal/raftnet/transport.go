@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,7 +50,25 @@ type Transport struct {
 	// and snapshot readers. Once done, the Transport is not in mux.groups.
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// appends holds, per follower, the term and end of the last
+	// AppendEntries (heartbeats aside) sent to it (see appendLingers).
+	appendsMu sync.Mutex
+	appends   map[raft.ServerAddress]appendMark
 }
+
+// appendMark is the term and end time of an AppendEntries call.
+type appendMark struct {
+	term uint64
+	at   time.Time
+}
+
+// appendIdleGap is how long after the previous AppendEntries to a
+// follower, in lingers, an AppendEntries without entries must come to be
+// taken for raft's idle CommitTimeout round (which comes CommitTimeout to
+// twice that after the previous one, 1 s or more in tapes) rather than a
+// probe raft sends right after another one.
+const appendIdleGap = 5
 
 var (
 	_ raft.Transport = (*Transport)(nil)
@@ -65,6 +84,7 @@ func newTransport(m *Mux, name string) *Transport {
 		consumeCh: make(chan raft.RPC),
 		ctx:       ctx,
 		cancel:    cancel,
+		appends:   make(map[raft.ServerAddress]appendMark),
 	}
 }
 
@@ -124,14 +144,30 @@ func (t *Transport) Close() error {
 	return nil
 }
 
-// AppendEntries implements raft.Transport. A heartbeat (see isHeartbeat)
-// joins the heartbeats of other groups to the same peer in one Heartbeat
-// RPC (see hbBatcher), with the Mux's HeartbeatTimeout as deadline; any
-// other request is an AppendEntries RPC of its own with RPCTimeout, and once
-// answered it is reported to the AppendObserver.
+// AppendEntries implements raft.Transport. A heartbeat (see isHeartbeat),
+// with the Mux's HeartbeatTimeout as deadline, and an AppendEntries that
+// carries no entries, with RPCTimeout, go on the peer's heartbeat stream
+// (see hbBatcher): heartbeats and raft's idle CommitTimeout rounds wait
+// there for the calls of other groups to the same peer, any other
+// AppendEntries without entries leaves at once (see appendLingers). An
+// AppendEntries with entries is an RPC of its own with RPCTimeout. Every
+// answered request but heartbeats is reported to the AppendObserver, with
+// the time raft handed it to the Transport.
 func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if isHeartbeat(args) {
-		return t.heartbeat(target, args, resp)
+		return t.viaBatcher("heartbeat", target, args, resp, t.mux.cfg.HeartbeatTimeout, true)
+	}
+	sentAt := time.Now()
+	defer t.appendDone(target, args.Term)
+	if len(args.Entries) == 0 {
+		linger := t.appendLingers(target, args.Term, sentAt)
+		if err := t.viaBatcher("append entries", target, args, resp, t.mux.cfg.RPCTimeout, linger); err != nil {
+			return err
+		}
+		if fn := t.observer.Load(); fn != nil {
+			(*fn)(id, args, resp, sentAt)
+		}
+		return nil
 	}
 	c, err := t.client(target)
 	if err != nil {
@@ -139,7 +175,6 @@ func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, a
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.mux.cfg.RPCTimeout)
 	defer cancel()
-	sentAt := time.Now()
 	out, err := c.AppendEntries(ctx, appendEntriesRequestToProto(t.name, args), waitForPeer)
 	if err != nil {
 		return t.fail("append entries", target, err)
@@ -149,6 +184,29 @@ func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, a
 		(*fn)(id, args, resp, sentAt)
 	}
 	return nil
+}
+
+// appendLingers reports whether an AppendEntries without entries, of term,
+// to target may wait on the heartbeat stream for the calls of other groups.
+// Only raft's idle CommitTimeout round may: raft replicates to a follower
+// one AppendEntries at a time, so whatever follows waits on this one. It
+// is taken for that round when the previous AppendEntries to target was of
+// the same term and ended appendIdleGap lingers ago or more. A new leader's
+// first AppendEntries to a follower (sent before its no-op entry is
+// appended), or one sent when raft was woken for entries it had sent
+// already, leaves at once.
+func (t *Transport) appendLingers(target raft.ServerAddress, term uint64, now time.Time) bool {
+	t.appendsMu.Lock()
+	last, ok := t.appends[target]
+	t.appendsMu.Unlock()
+	return ok && last.term == term && now.Sub(last.at) >= appendIdleGap*t.mux.cfg.HeartbeatLinger
+}
+
+// appendDone records the end of an AppendEntries of term to target.
+func (t *Transport) appendDone(target raft.ServerAddress, term uint64) {
+	t.appendsMu.Lock()
+	t.appends[target] = appendMark{term: term, at: time.Now()}
+	t.appendsMu.Unlock()
 }
 
 // RequestVote implements raft.Transport.

@@ -35,8 +35,8 @@ const (
 	HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP HeartbeatErrorKind = 1
 	// Raft answered the heartbeat with an error.
 	HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_RAFT HeartbeatErrorKind = 2
-	// Raft did not answer in time (the group is starting, restoring a snapshot
-	// or shutting down); the others of the call were not held back for it.
+	// Raft did not answer within the call's timeout (the group is starting,
+	// restoring a snapshot, busy or shutting down).
 	HeartbeatErrorKind_HEARTBEAT_ERROR_KIND_NOT_ANSWERED HeartbeatErrorKind = 3
 )
 
@@ -897,29 +897,27 @@ func (x *InstallSnapshotResponse) GetSuccess() bool {
 	return false
 }
 
-type HeartbeatRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Heartbeat-shaped AppendEntries requests, each naming its group; a group
-	// appears at most once per message in practice, but nothing relies on it.
-	Heartbeats    []*AppendEntriesRequest `protobuf:"bytes,1,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+type HeartbeatStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         []*HeartbeatCall       `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *HeartbeatRequest) Reset() {
-	*x = HeartbeatRequest{}
+func (x *HeartbeatStreamRequest) Reset() {
+	*x = HeartbeatStreamRequest{}
 	mi := &file_tapes_raft_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *HeartbeatRequest) String() string {
+func (x *HeartbeatStreamRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*HeartbeatRequest) ProtoMessage() {}
+func (*HeartbeatStreamRequest) ProtoMessage() {}
 
-func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+func (x *HeartbeatStreamRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_tapes_raft_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -931,40 +929,58 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
-func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use HeartbeatStreamRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatStreamRequest) Descriptor() ([]byte, []int) {
 	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
-func (x *HeartbeatRequest) GetHeartbeats() []*AppendEntriesRequest {
+func (x *HeartbeatStreamRequest) GetCalls() []*HeartbeatCall {
 	if x != nil {
-		return x.Heartbeats
+		return x.Calls
 	}
 	return nil
 }
 
-type HeartbeatResponse struct {
+// One call of a HeartbeatStreamRequest: a heartbeat, or an AppendEntries
+// that carries no entries. Its request is flattened (an AppendEntriesRequest
+// without entries, its header inlined): decoding a message per call instead
+// of three is most of what a heartbeat costs to decode.
+type HeartbeatCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One result per element of HeartbeatRequest.heartbeats, in the same order.
-	Results       []*HeartbeatResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Chosen by the caller, unique within the stream; the answer carries it.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// How much longer the caller waits for the answer, in microseconds, as of
+	// sending. The peer counts it from receipt and does not hand raft a call
+	// whose time is up.
+	TimeoutMicros int64  `protobuf:"varint,2,opt,name=timeout_micros,json=timeoutMicros,proto3" json:"timeout_micros,omitempty"`
+	Group         string `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	// RPCHeader.
+	ProtocolVersion   int64  `protobuf:"varint,4,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	HeaderId          []byte `protobuf:"bytes,5,opt,name=header_id,json=headerId,proto3" json:"header_id,omitempty"`
+	HeaderAddr        []byte `protobuf:"bytes,6,opt,name=header_addr,json=headerAddr,proto3" json:"header_addr,omitempty"`
+	Term              uint64 `protobuf:"varint,7,opt,name=term,proto3" json:"term,omitempty"`
+	Leader            []byte `protobuf:"bytes,8,opt,name=leader,proto3" json:"leader,omitempty"`
+	PrevLogEntry      uint64 `protobuf:"varint,9,opt,name=prev_log_entry,json=prevLogEntry,proto3" json:"prev_log_entry,omitempty"`
+	PrevLogTerm       uint64 `protobuf:"varint,10,opt,name=prev_log_term,json=prevLogTerm,proto3" json:"prev_log_term,omitempty"`
+	LeaderCommitIndex uint64 `protobuf:"varint,11,opt,name=leader_commit_index,json=leaderCommitIndex,proto3" json:"leader_commit_index,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
-func (x *HeartbeatResponse) Reset() {
-	*x = HeartbeatResponse{}
+func (x *HeartbeatCall) Reset() {
+	*x = HeartbeatCall{}
 	mi := &file_tapes_raft_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *HeartbeatResponse) String() string {
+func (x *HeartbeatCall) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*HeartbeatResponse) ProtoMessage() {}
+func (*HeartbeatCall) ProtoMessage() {}
 
-func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+func (x *HeartbeatCall) ProtoReflect() protoreflect.Message {
 	mi := &file_tapes_raft_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -976,45 +992,110 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
-func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use HeartbeatCall.ProtoReflect.Descriptor instead.
+func (*HeartbeatCall) Descriptor() ([]byte, []int) {
 	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
-func (x *HeartbeatResponse) GetResults() []*HeartbeatResult {
+func (x *HeartbeatCall) GetId() uint64 {
 	if x != nil {
-		return x.Results
+		return x.Id
+	}
+	return 0
+}
+
+func (x *HeartbeatCall) GetTimeoutMicros() int64 {
+	if x != nil {
+		return x.TimeoutMicros
+	}
+	return 0
+}
+
+func (x *HeartbeatCall) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *HeartbeatCall) GetProtocolVersion() int64 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *HeartbeatCall) GetHeaderId() []byte {
+	if x != nil {
+		return x.HeaderId
 	}
 	return nil
 }
 
-// The answer to one heartbeat of a HeartbeatRequest: raft's response, or why
-// there is none.
-type HeartbeatResult struct {
+func (x *HeartbeatCall) GetHeaderAddr() []byte {
+	if x != nil {
+		return x.HeaderAddr
+	}
+	return nil
+}
+
+func (x *HeartbeatCall) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *HeartbeatCall) GetLeader() []byte {
+	if x != nil {
+		return x.Leader
+	}
+	return nil
+}
+
+func (x *HeartbeatCall) GetPrevLogEntry() uint64 {
+	if x != nil {
+		return x.PrevLogEntry
+	}
+	return 0
+}
+
+func (x *HeartbeatCall) GetPrevLogTerm() uint64 {
+	if x != nil {
+		return x.PrevLogTerm
+	}
+	return 0
+}
+
+func (x *HeartbeatCall) GetLeaderCommitIndex() uint64 {
+	if x != nil {
+		return x.LeaderCommitIndex
+	}
+	return 0
+}
+
+type HeartbeatStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Types that are valid to be assigned to Result:
-	//
-	//	*HeartbeatResult_Response
-	//	*HeartbeatResult_Error
-	Result        isHeartbeatResult_Result `protobuf_oneof:"result"`
+	// Answers to calls of this stream, in any order; one per call.
+	Answers       []*HeartbeatAnswer `protobuf:"bytes,1,rep,name=answers,proto3" json:"answers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *HeartbeatResult) Reset() {
-	*x = HeartbeatResult{}
+func (x *HeartbeatStreamResponse) Reset() {
+	*x = HeartbeatStreamResponse{}
 	mi := &file_tapes_raft_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *HeartbeatResult) String() string {
+func (x *HeartbeatStreamResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*HeartbeatResult) ProtoMessage() {}
+func (*HeartbeatStreamResponse) ProtoMessage() {}
 
-func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
+func (x *HeartbeatStreamResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_tapes_raft_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1026,51 +1107,129 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
-func (*HeartbeatResult) Descriptor() ([]byte, []int) {
+// Deprecated: Use HeartbeatStreamResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatStreamResponse) Descriptor() ([]byte, []int) {
 	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *HeartbeatResult) GetResult() isHeartbeatResult_Result {
+func (x *HeartbeatStreamResponse) GetAnswers() []*HeartbeatAnswer {
 	if x != nil {
-		return x.Result
+		return x.Answers
 	}
 	return nil
 }
 
-func (x *HeartbeatResult) GetResponse() *AppendEntriesResponse {
+// The answer to one HeartbeatCall: raft's response (an
+// AppendEntriesResponse, flattened like the call), or why there is none.
+type HeartbeatAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Set when raft gave no response; the fields after it are then unset.
+	Error *HeartbeatError `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// RPCHeader.
+	ProtocolVersion int64  `protobuf:"varint,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	HeaderId        []byte `protobuf:"bytes,4,opt,name=header_id,json=headerId,proto3" json:"header_id,omitempty"`
+	HeaderAddr      []byte `protobuf:"bytes,5,opt,name=header_addr,json=headerAddr,proto3" json:"header_addr,omitempty"`
+	Term            uint64 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
+	LastLog         uint64 `protobuf:"varint,7,opt,name=last_log,json=lastLog,proto3" json:"last_log,omitempty"`
+	Success         bool   `protobuf:"varint,8,opt,name=success,proto3" json:"success,omitempty"`
+	NoRetryBackoff  bool   `protobuf:"varint,9,opt,name=no_retry_backoff,json=noRetryBackoff,proto3" json:"no_retry_backoff,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *HeartbeatAnswer) Reset() {
+	*x = HeartbeatAnswer{}
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatAnswer) ProtoMessage() {}
+
+func (x *HeartbeatAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[14]
 	if x != nil {
-		if x, ok := x.Result.(*HeartbeatResult_Response); ok {
-			return x.Response
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
 		}
+		return ms
 	}
-	return nil
+	return mi.MessageOf(x)
 }
 
-func (x *HeartbeatResult) GetError() *HeartbeatError {
+// Deprecated: Use HeartbeatAnswer.ProtoReflect.Descriptor instead.
+func (*HeartbeatAnswer) Descriptor() ([]byte, []int) {
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HeartbeatAnswer) GetId() uint64 {
 	if x != nil {
-		if x, ok := x.Result.(*HeartbeatResult_Error); ok {
-			return x.Error
-		}
+		return x.Id
+	}
+	return 0
+}
+
+func (x *HeartbeatAnswer) GetError() *HeartbeatError {
+	if x != nil {
+		return x.Error
 	}
 	return nil
 }
 
-type isHeartbeatResult_Result interface {
-	isHeartbeatResult_Result()
+func (x *HeartbeatAnswer) GetProtocolVersion() int64 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
 }
 
-type HeartbeatResult_Response struct {
-	Response *AppendEntriesResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+func (x *HeartbeatAnswer) GetHeaderId() []byte {
+	if x != nil {
+		return x.HeaderId
+	}
+	return nil
 }
 
-type HeartbeatResult_Error struct {
-	Error *HeartbeatError `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+func (x *HeartbeatAnswer) GetHeaderAddr() []byte {
+	if x != nil {
+		return x.HeaderAddr
+	}
+	return nil
 }
 
-func (*HeartbeatResult_Response) isHeartbeatResult_Result() {}
+func (x *HeartbeatAnswer) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
 
-func (*HeartbeatResult_Error) isHeartbeatResult_Result() {}
+func (x *HeartbeatAnswer) GetLastLog() uint64 {
+	if x != nil {
+		return x.LastLog
+	}
+	return 0
+}
+
+func (x *HeartbeatAnswer) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *HeartbeatAnswer) GetNoRetryBackoff() bool {
+	if x != nil {
+		return x.NoRetryBackoff
+	}
+	return false
+}
 
 type HeartbeatError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1083,7 +1242,7 @@ type HeartbeatError struct {
 
 func (x *HeartbeatError) Reset() {
 	*x = HeartbeatError{}
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[14]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1254,7 @@ func (x *HeartbeatError) String() string {
 func (*HeartbeatError) ProtoMessage() {}
 
 func (x *HeartbeatError) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[14]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1267,7 @@ func (x *HeartbeatError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatError.ProtoReflect.Descriptor instead.
 func (*HeartbeatError) Descriptor() ([]byte, []int) {
-	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HeartbeatError) GetKind() HeartbeatErrorKind {
@@ -1195,17 +1354,36 @@ const file_tapes_raft_v1_raft_proto_rawDesc = "" +
 	"\x17InstallSnapshotResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tapes.raft.v1.RPCHeaderR\x06header\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x18\n" +
-	"\asuccess\x18\x03 \x01(\bR\asuccess\"W\n" +
-	"\x10HeartbeatRequest\x12C\n" +
-	"\n" +
-	"heartbeats\x18\x01 \x03(\v2#.tapes.raft.v1.AppendEntriesRequestR\n" +
-	"heartbeats\"M\n" +
-	"\x11HeartbeatResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.tapes.raft.v1.HeartbeatResultR\aresults\"\x96\x01\n" +
-	"\x0fHeartbeatResult\x12B\n" +
-	"\bresponse\x18\x01 \x01(\v2$.tapes.raft.v1.AppendEntriesResponseH\x00R\bresponse\x125\n" +
-	"\x05error\x18\x02 \x01(\v2\x1d.tapes.raft.v1.HeartbeatErrorH\x00R\x05errorB\b\n" +
-	"\x06result\"a\n" +
+	"\asuccess\x18\x03 \x01(\bR\asuccess\"L\n" +
+	"\x16HeartbeatStreamRequest\x122\n" +
+	"\x05calls\x18\x01 \x03(\v2\x1c.tapes.raft.v1.HeartbeatCallR\x05calls\"\xeb\x02\n" +
+	"\rHeartbeatCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
+	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x12)\n" +
+	"\x10protocol_version\x18\x04 \x01(\x03R\x0fprotocolVersion\x12\x1b\n" +
+	"\theader_id\x18\x05 \x01(\fR\bheaderId\x12\x1f\n" +
+	"\vheader_addr\x18\x06 \x01(\fR\n" +
+	"headerAddr\x12\x12\n" +
+	"\x04term\x18\a \x01(\x04R\x04term\x12\x16\n" +
+	"\x06leader\x18\b \x01(\fR\x06leader\x12$\n" +
+	"\x0eprev_log_entry\x18\t \x01(\x04R\fprevLogEntry\x12\"\n" +
+	"\rprev_log_term\x18\n" +
+	" \x01(\x04R\vprevLogTerm\x12.\n" +
+	"\x13leader_commit_index\x18\v \x01(\x04R\x11leaderCommitIndex\"S\n" +
+	"\x17HeartbeatStreamResponse\x128\n" +
+	"\aanswers\x18\x01 \x03(\v2\x1e.tapes.raft.v1.HeartbeatAnswerR\aanswers\"\xb2\x02\n" +
+	"\x0fHeartbeatAnswer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
+	"\x05error\x18\x02 \x01(\v2\x1d.tapes.raft.v1.HeartbeatErrorR\x05error\x12)\n" +
+	"\x10protocol_version\x18\x03 \x01(\x03R\x0fprotocolVersion\x12\x1b\n" +
+	"\theader_id\x18\x04 \x01(\fR\bheaderId\x12\x1f\n" +
+	"\vheader_addr\x18\x05 \x01(\fR\n" +
+	"headerAddr\x12\x12\n" +
+	"\x04term\x18\x06 \x01(\x04R\x04term\x12\x19\n" +
+	"\blast_log\x18\a \x01(\x04R\alastLog\x12\x18\n" +
+	"\asuccess\x18\b \x01(\bR\asuccess\x12(\n" +
+	"\x10no_retry_backoff\x18\t \x01(\bR\x0enoRetryBackoff\"a\n" +
 	"\x0eHeartbeatError\x125\n" +
 	"\x04kind\x18\x01 \x01(\x0e2!.tapes.raft.v1.HeartbeatErrorKindR\x04kind\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage*\xa8\x01\n" +
@@ -1213,14 +1391,14 @@ const file_tapes_raft_v1_raft_proto_rawDesc = "" +
 	" HEARTBEAT_ERROR_KIND_UNSPECIFIED\x10\x00\x12&\n" +
 	"\"HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP\x10\x01\x12\x1d\n" +
 	"\x19HEARTBEAT_ERROR_KIND_RAFT\x10\x02\x12%\n" +
-	"!HEARTBEAT_ERROR_KIND_NOT_ANSWERED\x10\x032\xc6\x03\n" +
+	"!HEARTBEAT_ERROR_KIND_NOT_ANSWERED\x10\x032\xdc\x03\n" +
 	"\vRaftService\x12Z\n" +
 	"\rAppendEntries\x12#.tapes.raft.v1.AppendEntriesRequest\x1a$.tapes.raft.v1.AppendEntriesResponse\x12T\n" +
 	"\vRequestVote\x12!.tapes.raft.v1.RequestVoteRequest\x1a\".tapes.raft.v1.RequestVoteResponse\x12Q\n" +
 	"\n" +
 	"TimeoutNow\x12 .tapes.raft.v1.TimeoutNowRequest\x1a!.tapes.raft.v1.TimeoutNowResponse\x12b\n" +
-	"\x0fInstallSnapshot\x12%.tapes.raft.v1.InstallSnapshotRequest\x1a&.tapes.raft.v1.InstallSnapshotResponse(\x01\x12N\n" +
-	"\tHeartbeat\x12\x1f.tapes.raft.v1.HeartbeatRequest\x1a .tapes.raft.v1.HeartbeatResponseB>Z<github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1;raftv1b\x06proto3"
+	"\x0fInstallSnapshot\x12%.tapes.raft.v1.InstallSnapshotRequest\x1a&.tapes.raft.v1.InstallSnapshotResponse(\x01\x12d\n" +
+	"\x0fHeartbeatStream\x12%.tapes.raft.v1.HeartbeatStreamRequest\x1a&.tapes.raft.v1.HeartbeatStreamResponse(\x010\x01B>Z<github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1;raftv1b\x06proto3"
 
 var (
 	file_tapes_raft_v1_raft_proto_rawDescOnce sync.Once
@@ -1235,7 +1413,7 @@ func file_tapes_raft_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_tapes_raft_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tapes_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_tapes_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_tapes_raft_v1_raft_proto_goTypes = []any{
 	(HeartbeatErrorKind)(0),         // 0: tapes.raft.v1.HeartbeatErrorKind
 	(*RPCHeader)(nil),               // 1: tapes.raft.v1.RPCHeader
@@ -1249,10 +1427,11 @@ var file_tapes_raft_v1_raft_proto_goTypes = []any{
 	(*InstallSnapshotMeta)(nil),     // 9: tapes.raft.v1.InstallSnapshotMeta
 	(*InstallSnapshotRequest)(nil),  // 10: tapes.raft.v1.InstallSnapshotRequest
 	(*InstallSnapshotResponse)(nil), // 11: tapes.raft.v1.InstallSnapshotResponse
-	(*HeartbeatRequest)(nil),        // 12: tapes.raft.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),       // 13: tapes.raft.v1.HeartbeatResponse
-	(*HeartbeatResult)(nil),         // 14: tapes.raft.v1.HeartbeatResult
-	(*HeartbeatError)(nil),          // 15: tapes.raft.v1.HeartbeatError
+	(*HeartbeatStreamRequest)(nil),  // 12: tapes.raft.v1.HeartbeatStreamRequest
+	(*HeartbeatCall)(nil),           // 13: tapes.raft.v1.HeartbeatCall
+	(*HeartbeatStreamResponse)(nil), // 14: tapes.raft.v1.HeartbeatStreamResponse
+	(*HeartbeatAnswer)(nil),         // 15: tapes.raft.v1.HeartbeatAnswer
+	(*HeartbeatError)(nil),          // 16: tapes.raft.v1.HeartbeatError
 }
 var file_tapes_raft_v1_raft_proto_depIdxs = []int32{
 	1,  // 0: tapes.raft.v1.AppendEntriesRequest.header:type_name -> tapes.raft.v1.RPCHeader
@@ -1265,26 +1444,25 @@ var file_tapes_raft_v1_raft_proto_depIdxs = []int32{
 	1,  // 7: tapes.raft.v1.InstallSnapshotMeta.header:type_name -> tapes.raft.v1.RPCHeader
 	9,  // 8: tapes.raft.v1.InstallSnapshotRequest.meta:type_name -> tapes.raft.v1.InstallSnapshotMeta
 	1,  // 9: tapes.raft.v1.InstallSnapshotResponse.header:type_name -> tapes.raft.v1.RPCHeader
-	3,  // 10: tapes.raft.v1.HeartbeatRequest.heartbeats:type_name -> tapes.raft.v1.AppendEntriesRequest
-	14, // 11: tapes.raft.v1.HeartbeatResponse.results:type_name -> tapes.raft.v1.HeartbeatResult
-	4,  // 12: tapes.raft.v1.HeartbeatResult.response:type_name -> tapes.raft.v1.AppendEntriesResponse
-	15, // 13: tapes.raft.v1.HeartbeatResult.error:type_name -> tapes.raft.v1.HeartbeatError
-	0,  // 14: tapes.raft.v1.HeartbeatError.kind:type_name -> tapes.raft.v1.HeartbeatErrorKind
-	3,  // 15: tapes.raft.v1.RaftService.AppendEntries:input_type -> tapes.raft.v1.AppendEntriesRequest
-	5,  // 16: tapes.raft.v1.RaftService.RequestVote:input_type -> tapes.raft.v1.RequestVoteRequest
-	7,  // 17: tapes.raft.v1.RaftService.TimeoutNow:input_type -> tapes.raft.v1.TimeoutNowRequest
-	10, // 18: tapes.raft.v1.RaftService.InstallSnapshot:input_type -> tapes.raft.v1.InstallSnapshotRequest
-	12, // 19: tapes.raft.v1.RaftService.Heartbeat:input_type -> tapes.raft.v1.HeartbeatRequest
-	4,  // 20: tapes.raft.v1.RaftService.AppendEntries:output_type -> tapes.raft.v1.AppendEntriesResponse
-	6,  // 21: tapes.raft.v1.RaftService.RequestVote:output_type -> tapes.raft.v1.RequestVoteResponse
-	8,  // 22: tapes.raft.v1.RaftService.TimeoutNow:output_type -> tapes.raft.v1.TimeoutNowResponse
-	11, // 23: tapes.raft.v1.RaftService.InstallSnapshot:output_type -> tapes.raft.v1.InstallSnapshotResponse
-	13, // 24: tapes.raft.v1.RaftService.Heartbeat:output_type -> tapes.raft.v1.HeartbeatResponse
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	13, // 10: tapes.raft.v1.HeartbeatStreamRequest.calls:type_name -> tapes.raft.v1.HeartbeatCall
+	15, // 11: tapes.raft.v1.HeartbeatStreamResponse.answers:type_name -> tapes.raft.v1.HeartbeatAnswer
+	16, // 12: tapes.raft.v1.HeartbeatAnswer.error:type_name -> tapes.raft.v1.HeartbeatError
+	0,  // 13: tapes.raft.v1.HeartbeatError.kind:type_name -> tapes.raft.v1.HeartbeatErrorKind
+	3,  // 14: tapes.raft.v1.RaftService.AppendEntries:input_type -> tapes.raft.v1.AppendEntriesRequest
+	5,  // 15: tapes.raft.v1.RaftService.RequestVote:input_type -> tapes.raft.v1.RequestVoteRequest
+	7,  // 16: tapes.raft.v1.RaftService.TimeoutNow:input_type -> tapes.raft.v1.TimeoutNowRequest
+	10, // 17: tapes.raft.v1.RaftService.InstallSnapshot:input_type -> tapes.raft.v1.InstallSnapshotRequest
+	12, // 18: tapes.raft.v1.RaftService.HeartbeatStream:input_type -> tapes.raft.v1.HeartbeatStreamRequest
+	4,  // 19: tapes.raft.v1.RaftService.AppendEntries:output_type -> tapes.raft.v1.AppendEntriesResponse
+	6,  // 20: tapes.raft.v1.RaftService.RequestVote:output_type -> tapes.raft.v1.RequestVoteResponse
+	8,  // 21: tapes.raft.v1.RaftService.TimeoutNow:output_type -> tapes.raft.v1.TimeoutNowResponse
+	11, // 22: tapes.raft.v1.RaftService.InstallSnapshot:output_type -> tapes.raft.v1.InstallSnapshotResponse
+	14, // 23: tapes.raft.v1.RaftService.HeartbeatStream:output_type -> tapes.raft.v1.HeartbeatStreamResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_tapes_raft_v1_raft_proto_init() }
@@ -1292,17 +1470,13 @@ func file_tapes_raft_v1_raft_proto_init() {
 	if File_tapes_raft_v1_raft_proto != nil {
 		return
 	}
-	file_tapes_raft_v1_raft_proto_msgTypes[13].OneofWrappers = []any{
-		(*HeartbeatResult_Response)(nil),
-		(*HeartbeatResult_Error)(nil),
-	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tapes_raft_v1_raft_proto_rawDesc), len(file_tapes_raft_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,7 +28,7 @@ const (
 	RaftService_RequestVote_FullMethodName     = "/tapes.raft.v1.RaftService/RequestVote"
 	RaftService_TimeoutNow_FullMethodName      = "/tapes.raft.v1.RaftService/TimeoutNow"
 	RaftService_InstallSnapshot_FullMethodName = "/tapes.raft.v1.RaftService/InstallSnapshot"
-	RaftService_Heartbeat_FullMethodName       = "/tapes.raft.v1.RaftService/Heartbeat"
+	RaftService_HeartbeatStream_FullMethodName = "/tapes.raft.v1.RaftService/HeartbeatStream"
 )
 
 // RaftServiceClient is the client API for RaftService service.
@@ -40,12 +40,15 @@ type RaftServiceClient interface {
 	TimeoutNow(ctx context.Context, in *TimeoutNowRequest, opts ...grpc.CallOption) (*TimeoutNowResponse, error)
 	// The first message carries the request; the ones after it carry data.
 	InstallSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[InstallSnapshotRequest, InstallSnapshotResponse], error)
-	// Heartbeats of many groups to one peer in one call: the leader side
-	// coalesces the heartbeats (AppendEntries carrying only a term and a leader)
-	// that its groups send to this peer within a few milliseconds. Each is
-	// answered as its own AppendEntries would be; the answer to one never fails
-	// the others.
-	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// Heartbeats (AppendEntries carrying only a term and a leader) and
+	// AppendEntries that carry no entries (raft's idle CommitTimeout round) of
+	// every group to one peer, over one long-lived stream per connection. The
+	// caller coalesces what its groups send to this peer within a few
+	// milliseconds into one message, numbering each call; the peer answers
+	// each call by its number as soon as its raft has answered, several
+	// answers to a message. The answer to one call never waits for, or fails,
+	// another; a stream that breaks fails the calls it has not answered.
+	HeartbeatStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatStreamRequest, HeartbeatStreamResponse], error)
 }
 
 type raftServiceClient struct {
@@ -99,15 +102,18 @@ func (c *raftServiceClient) InstallSnapshot(ctx context.Context, opts ...grpc.Ca
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftService_InstallSnapshotClient = grpc.ClientStreamingClient[InstallSnapshotRequest, InstallSnapshotResponse]
 
-func (c *raftServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
+func (c *raftServiceClient) HeartbeatStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatStreamRequest, HeartbeatStreamResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(HeartbeatResponse)
-	err := c.cc.Invoke(ctx, RaftService_Heartbeat_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &RaftService_ServiceDesc.Streams[1], RaftService_HeartbeatStream_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[HeartbeatStreamRequest, HeartbeatStreamResponse]{ClientStream: stream}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RaftService_HeartbeatStreamClient = grpc.BidiStreamingClient[HeartbeatStreamRequest, HeartbeatStreamResponse]
 
 // RaftServiceServer is the server API for RaftService service.
 // All implementations must embed UnimplementedRaftServiceServer
@@ -118,12 +124,15 @@ type RaftServiceServer interface {
 	TimeoutNow(context.Context, *TimeoutNowRequest) (*TimeoutNowResponse, error)
 	// The first message carries the request; the ones after it carry data.
 	InstallSnapshot(grpc.ClientStreamingServer[InstallSnapshotRequest, InstallSnapshotResponse]) error
-	// Heartbeats of many groups to one peer in one call: the leader side
-	// coalesces the heartbeats (AppendEntries carrying only a term and a leader)
-	// that its groups send to this peer within a few milliseconds. Each is
-	// answered as its own AppendEntries would be; the answer to one never fails
-	// the others.
-	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// Heartbeats (AppendEntries carrying only a term and a leader) and
+	// AppendEntries that carry no entries (raft's idle CommitTimeout round) of
+	// every group to one peer, over one long-lived stream per connection. The
+	// caller coalesces what its groups send to this peer within a few
+	// milliseconds into one message, numbering each call; the peer answers
+	// each call by its number as soon as its raft has answered, several
+	// answers to a message. The answer to one call never waits for, or fails,
+	// another; a stream that breaks fails the calls it has not answered.
+	HeartbeatStream(grpc.BidiStreamingServer[HeartbeatStreamRequest, HeartbeatStreamResponse]) error
 	mustEmbedUnimplementedRaftServiceServer()
 }
 
@@ -146,8 +155,8 @@ func (UnimplementedRaftServiceServer) TimeoutNow(context.Context, *TimeoutNowReq
 func (UnimplementedRaftServiceServer) InstallSnapshot(grpc.ClientStreamingServer[InstallSnapshotRequest, InstallSnapshotResponse]) error {
 	return status.Error(codes.Unimplemented, "method InstallSnapshot not implemented")
 }
-func (UnimplementedRaftServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+func (UnimplementedRaftServiceServer) HeartbeatStream(grpc.BidiStreamingServer[HeartbeatStreamRequest, HeartbeatStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method HeartbeatStream not implemented")
 }
 func (UnimplementedRaftServiceServer) mustEmbedUnimplementedRaftServiceServer() {}
 func (UnimplementedRaftServiceServer) testEmbeddedByValue()                     {}
@@ -231,23 +240,12 @@ func _RaftService_InstallSnapshot_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftService_InstallSnapshotServer = grpc.ClientStreamingServer[InstallSnapshotRequest, InstallSnapshotResponse]
 
-func _RaftService_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(HeartbeatRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(RaftServiceServer).Heartbeat(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: RaftService_Heartbeat_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(RaftServiceServer).Heartbeat(ctx, req.(*HeartbeatRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+func _RaftService_HeartbeatStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RaftServiceServer).HeartbeatStream(&grpc.GenericServerStream[HeartbeatStreamRequest, HeartbeatStreamResponse]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RaftService_HeartbeatStreamServer = grpc.BidiStreamingServer[HeartbeatStreamRequest, HeartbeatStreamResponse]
 
 // RaftService_ServiceDesc is the grpc.ServiceDesc for RaftService service.
 // It's only intended for direct use with grpc.RegisterService,
@@ -268,15 +266,17 @@ var RaftService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "TimeoutNow",
 			Handler:    _RaftService_TimeoutNow_Handler,
 		},
-		{
-			MethodName: "Heartbeat",
-			Handler:    _RaftService_Heartbeat_Handler,
-		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "InstallSnapshot",
 			Handler:       _RaftService_InstallSnapshot_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "HeartbeatStream",
+			Handler:       _RaftService_HeartbeatStream_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 	},
