@@ -99,10 +99,15 @@ func New(cfg Config) (*Broker, error) {
 	})
 	b.reports = newReporter(b)
 	b.metrics = newMetrics(b)
+	linger := cfg.Raft.HeartbeatLinger
+	if linger == 0 {
+		linger = -1 // raftnet: negative is no linger, zero its default
+	}
 	mux, err := raftnet.NewMux(raftnet.Config{
-		LocalID: replication.ServerID(cfg.ID),
-		Resolve: b.resolvePeer,
-		Logger:  cfg.Logger,
+		LocalID:         replication.ServerID(cfg.ID),
+		Resolve:         b.resolvePeer,
+		Logger:          cfg.Logger,
+		HeartbeatLinger: linger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("raft transport: %w", err)

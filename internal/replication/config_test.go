@@ -1,0 +1,40 @@
+package replication
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestRaftTimingsValidate(t *testing.T) {
+	if err := DefaultRaftTimings().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	cases := []struct {
+		name string
+		edit func(*RaftTimings)
+	}{
+		{"lease above heartbeat timeout", func(r *RaftTimings) { r.LeaderLeaseTimeout = r.HeartbeatTimeout + time.Millisecond }},
+		{"election below heartbeat timeout", func(r *RaftTimings) { r.ElectionTimeout = r.HeartbeatTimeout / 2 }},
+		{"negative linger", func(r *RaftTimings) { r.HeartbeatLinger = -time.Millisecond }},
+		// 500 ms lease minus two 50 ms heartbeat periods, halved: 200 ms.
+		{"linger past the lease", func(r *RaftTimings) { r.HeartbeatLinger = 201 * time.Millisecond }},
+		{"no commit timeout", func(r *RaftTimings) { r.CommitTimeout = 0 }},
+	}
+	for _, c := range cases {
+		r := DefaultRaftTimings()
+		c.edit(&r)
+		if err := r.Validate(); !errors.Is(err, ErrBadTiming) {
+			t.Errorf("%s: got %v, want ErrBadTiming", c.name, err)
+		}
+	}
+	r := DefaultRaftTimings()
+	r.HeartbeatLinger = 200 * time.Millisecond
+	if err := r.Validate(); err != nil {
+		t.Errorf("linger at the bound: %v", err)
+	}
+	r.HeartbeatLinger = 0
+	if err := r.Validate(); err != nil {
+		t.Errorf("no linger: %v", err)
+	}
+}
