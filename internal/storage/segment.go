@@ -33,7 +33,11 @@ type segment struct {
 	idxFile, timeIdxFile *os.File // open while the segment is active, nil once sealed
 	sinceIndex           int64    // bytes of frames stored since the last offset index entry
 	dirty                bool     // written since the last fsync
-	released             bool     // files closed (by close)
+	// writtenBack: bytes of the file before it were handed to the kernel's
+	// writeback (see startWriteback). Invariant: writtenBack <= size plus
+	// the frame being written.
+	writtenBack int64
+	released    bool // files closed (by close)
 }
 
 func segmentFile(base int64) string { return fmt.Sprintf("%020d.log", base) }
@@ -212,6 +216,10 @@ func (s *segment) write(h frameHeader, b Batch, interval int, buf *[]byte) (inde
 	s.dirty = true
 	if _, err := s.f.WriteAt(frame, s.size); err != nil {
 		return indexAdd{}, fmt.Errorf("write %s: %w", s.logPath, err)
+	}
+	if end := s.size + int64(len(frame)); end-s.writtenBack >= writebackChunk {
+		startWriteback(s.f, s.writtenBack, end-s.writtenBack)
+		s.writtenBack = end
 	}
 	a := s.indexPoint(h.baseOffset, interval)
 	if a.hasOffset {
