@@ -144,6 +144,8 @@ func (r *Replica) startRaft() error {
 	}
 	rc := cfg.Raft.raftConfig(cfg.LocalID)
 	rc.Logger = hlog
+	normal := raft.ReloadableConfig{TrailingLogs: rc.TrailingLogs, SnapshotInterval: rc.SnapshotInterval,
+		SnapshotThreshold: rc.SnapshotThreshold, HeartbeatTimeout: rc.HeartbeatTimeout, ElectionTimeout: rc.ElectionTimeout}
 	r.maxAppend = rc.MaxAppendEntries
 	r.store = &ackingStore{LogStore: cache, r: r}
 	r.bolt = bolt
@@ -152,6 +154,17 @@ func (r *Replica) startRaft() error {
 	if err != nil {
 		bolt.Close()
 		return fmt.Errorf("inspect raft state: %w", err)
+	}
+	// A new group's first election goes to the preferred replica (the first
+	// of the assignment), as Kafka's controller makes it the first leader:
+	// the others wait preferredHeadStart times longer before they stand,
+	// until a leader is known. Otherwise whoever times out first leads, and
+	// PreferredLeaderDelay later hands leadership over in the middle of the
+	// topic's first writes.
+	headStart := !existing && len(cfg.Replicas) > 1 && cfg.Replicas[0] != cfg.LocalID
+	if headStart {
+		rc.HeartbeatTimeout *= preferredHeadStart
+		rc.ElectionTimeout *= preferredHeadStart
 	}
 	if !existing {
 		var servers []raft.Server
@@ -173,7 +186,36 @@ func (r *Replica) startRaft() error {
 	if cfg.Observer != nil {
 		ra.RegisterObserver(cfg.Observer)
 	}
+	if headStart {
+		r.wg.Add(1)
+		go r.endHeadStart(normal)
+	}
 	return nil
+}
+
+// preferredHeadStart is how many times longer than configured the
+// non-preferred replicas of a new group wait before their first election.
+const preferredHeadStart = 3
+
+// endHeadStart restores the configured timeouts once the group has a
+// leader (or the replica closes).
+func (r *Replica) endHeadStart(normal raft.ReloadableConfig) {
+	defer r.wg.Done()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		if _, id := r.raft.LeaderWithID(); id != "" {
+			if err := r.raft.ReloadConfig(normal); err != nil {
+				r.cfg.Logger.Warn("restoring raft timeouts after the first election", "err", err)
+			}
+			return
+		}
+	}
 }
 
 // Raft returns the replica's Raft instance (for the broker's observer).
