@@ -122,7 +122,7 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 }
 
 // Snapshot implements raft.FSM: it pins the current segment files (quick);
-// Persist streams them.
+// Persist links them into the snapshot store (or streams them).
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	s, err := f.log.Snapshot()
 	if err != nil {
@@ -148,7 +148,23 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 
 type fsmSnapshot struct{ snap *storage.Snapshot }
 
+// snapshotAdopter is a sink that can keep a storage.Snapshot as hard links
+// instead of a copy of its stream (snapSink).
+type snapshotAdopter interface {
+	adopt(*storage.Snapshot) error
+}
+
+// Persist implements raft.FSMSnapshot, on raft's snapshot goroutine: a
+// snapSink keeps hard links to the segment files (no data copied); any other
+// sink gets the whole stream written to it.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if a, ok := sink.(snapshotAdopter); ok {
+		if err := a.adopt(s.snap); err != nil {
+			sink.Cancel()
+			return fmt.Errorf("persist partition snapshot: %w", err)
+		}
+		return sink.Close()
+	}
 	if _, err := s.snap.WriteTo(sink); err != nil {
 		sink.Cancel()
 		return fmt.Errorf("persist partition snapshot: %w", err)

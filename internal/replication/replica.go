@@ -137,7 +137,7 @@ func (r *Replica) startRaft() error {
 		Level:  hclog.Warn,
 		Output: os.Stderr,
 	})
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, hlog)
+	snaps, err := newSnapStore(filepath.Join(cfg.Dir, "snapshots"), 2, cfg.Logger)
 	if err != nil {
 		bolt.Close()
 		return fmt.Errorf("raft snapshot store: %w", err)

@@ -70,12 +70,12 @@ func writeCheckpoint(dir string, c checkpoint) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-// syncDir fsyncs a directory, making the creation, removal and renaming of
+// SyncDir fsyncs a directory, making the creation, removal and renaming of
 // its entries durable.
-func syncDir(dir string) error {
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync dir: %w", err)

@@ -620,7 +620,7 @@ func (l *Log) sync() error {
 		}
 	}
 	if l.dirDirty {
-		if err := syncDir(l.dir); err != nil {
+		if err := SyncDir(l.dir); err != nil {
 			return err
 		}
 		l.dirDirty = false

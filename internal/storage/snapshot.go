@@ -45,10 +45,12 @@ const (
 // Snapshot is a point-in-time copy of a Log, taken by Log.Snapshot. It holds
 // hard links to the segment files (in DIR/.snap-N) and the active segment's
 // size at the time, so appends, retention and even a Restore of the Log may
-// go on while it is written out. WriteTo and Release must not be called
-// concurrently with each other.
+// go on while it is written out. OpenSnapshotDir rebuilds one from links kept
+// elsewhere (LinkInto) and its Manifest. WriteTo and Release must not be
+// called concurrently with each other.
 type Snapshot struct {
-	dir           string // staging directory
+	dir           string // staging directory, or the directory OpenSnapshotDir read
+	keepDir       bool   // dir is not ours to remove (OpenSnapshotDir)
 	logStart      int64
 	endOffset     int64
 	lastRaftIndex uint64
@@ -124,22 +126,31 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		if _, err := cw.Write(sh[:]); err != nil {
 			return cw.n, fmt.Errorf("write snapshot: %w", err)
 		}
-		if _, err := io.Copy(cw, io.NewSectionReader(seg.f, 0, seg.size)); err != nil {
+		n, err := io.Copy(cw, io.NewSectionReader(seg.f, 0, seg.size))
+		if err == nil && n != seg.size {
+			// The file is shorter than the snapshot recorded: the stream
+			// would be short, so fail rather than end early.
+			err = fmt.Errorf("%d of %d bytes: %w", n, seg.size, io.ErrUnexpectedEOF)
+		}
+		if err != nil {
 			return cw.n, fmt.Errorf("write snapshot segment %d: %w", seg.base, err)
 		}
 	}
 	return cw.n, nil
 }
 
-// Release closes the snapshot's files and removes its staging directory. It
-// may be called more than once.
+// Release closes the snapshot's files and removes its staging directory (a
+// Snapshot from OpenSnapshotDir leaves its directory alone). It may be called
+// more than once.
 func (s *Snapshot) Release() error {
 	var errs []error
 	for _, seg := range s.segs {
 		errs = append(errs, seg.f.Close())
 	}
 	s.segs = nil
-	errs = append(errs, os.RemoveAll(s.dir))
+	if !s.keepDir {
+		errs = append(errs, os.RemoveAll(s.dir))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("release snapshot: %w", err)
 	}
@@ -197,7 +208,7 @@ func (l *Log) Restore(r io.Reader) error {
 		}
 		return fmt.Errorf("restore: %w", err)
 	}
-	if err := syncDir(filepath.Dir(l.dir)); err != nil {
+	if err := SyncDir(filepath.Dir(l.dir)); err != nil {
 		return l.fail(fmt.Errorf("restore: %w", err))
 	}
 	st, err := load(l.dir, l.cfg, l.logger)
@@ -339,7 +350,7 @@ func writeSnapshotDir(dir string, r io.Reader, cfg Config) (err error) {
 	if err := writeCheckpoint(dir, checkpoint{LogStartOffset: logStart, RaftIndex: lastRaft}); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
 // finishSwap completes or undoes a Restore that a crash interrupted. The
