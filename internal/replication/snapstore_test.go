@@ -243,15 +243,7 @@ func TestSnapStoreLinked(t *testing.T) {
 func TestSnapStoreData(t *testing.T) {
 	l := snapTestLog(t, 100)
 	want := stateOf(t, l)
-	snap, err := l.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref bytes.Buffer
-	if _, err := snap.WriteTo(&ref); err != nil {
-		t.Fatal(err)
-	}
-	snap.Release()
+	ref := snapshotStream(t, l)
 
 	s := newTestSnapStore(t)
 	sink := createSink(t, s, want.raft)
@@ -407,15 +399,7 @@ func TestSnapStoreShortSegment(t *testing.T) {
 func TestSnapStoreLegacy(t *testing.T) {
 	l := snapTestLog(t, 60)
 	want := stateOf(t, l)
-	snap, err := l.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref bytes.Buffer
-	if _, err := snap.WriteTo(&ref); err != nil {
-		t.Fatal(err)
-	}
-	snap.Release()
+	ref := snapshotStream(t, l)
 
 	root := t.TempDir()
 	fileStore, err := raft.NewFileSnapshotStoreWithLogger(root, 2, nil)
@@ -473,4 +457,19 @@ func TestSnapStoreLegacy(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(s.dir, old.ID())); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("legacy snapshot not reaped (stat: %v)", err)
 	}
+}
+
+// snapshotStream is the stream a snapshot of l, taken now, writes.
+func snapshotStream(t *testing.T, l *storage.Log) *bytes.Buffer {
+	t.Helper()
+	snap, err := l.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Release()
+	var ref bytes.Buffer
+	if _, err := snap.WriteTo(&ref); err != nil {
+		t.Fatal(err)
+	}
+	return &ref
 }
