@@ -221,3 +221,19 @@ func framePositions(t testing.TB, path string) []framePos {
 		out = append(out, framePos{pos: pos, base: h.baseOffset, next: h.baseOffset + int64(b.Count()), raft: h.raftIndex})
 	}
 }
+
+// trimmedLog is a log of 80 batches whose retention cut into its third
+// segment, and tail batches after that: a log start inside a segment and
+// several sealed segments, as snapshots meet them.
+func trimmedLog(t testing.TB, tail int) (*Log, *filler) {
+	t.Helper()
+	l := openLog(t, t.TempDir(), smallConfig)
+	f := &filler{t: t, l: l}
+	f.batches(80)
+	f.raft++
+	if _, err := l.DeleteBefore(l.Segments()[2].BaseOffset+3, f.raft); err != nil {
+		t.Fatal(err)
+	}
+	f.batches(tail)
+	return l, f
+}

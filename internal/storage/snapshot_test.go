@@ -31,14 +31,7 @@ func checkState(t *testing.T, l *Log, want observed) {
 }
 
 func TestSnapshotRestore(t *testing.T) {
-	src := openLog(t, t.TempDir(), smallConfig)
-	f := &filler{t: t, l: src}
-	f.batches(80)
-	f.raft++
-	if _, err := src.DeleteBefore(src.Segments()[2].BaseOffset+3, f.raft); err != nil {
-		t.Fatal(err)
-	}
-	f.batches(5)
+	src, f := trimmedLog(t, 5)
 	want := stateOf(t, src)
 
 	snap, err := src.Snapshot()

@@ -13,14 +13,7 @@ import (
 // bytes, after the log has moved on (appends, retention, a Restore), and
 // restores to the snapshotted log.
 func TestSnapshotDir(t *testing.T) {
-	src := openLog(t, t.TempDir(), smallConfig)
-	f := &filler{t: t, l: src}
-	f.batches(80)
-	f.raft++
-	if _, err := src.DeleteBefore(src.Segments()[2].BaseOffset+3, f.raft); err != nil {
-		t.Fatal(err)
-	}
-	f.batches(3)
+	src, f := trimmedLog(t, 3)
 	want := stateOf(t, src)
 
 	snap, err := src.Snapshot()
