@@ -179,7 +179,9 @@ func TestHeartbeatCoalescing(t *testing.T) {
 // first one of a term (a new leader's probe, on which its first entries
 // wait) and one right after another leave at once.
 func TestAppendWithoutEntriesLinger(t *testing.T) {
-	const linger = 100 * time.Millisecond
+	// "At once" is under half of it: long enough to hold on a loaded
+	// machine under -race.
+	const linger = 400 * time.Millisecond
 	c := newCluster(t, 2, Config{HeartbeatLinger: linger})
 	from, to := openPairs(t, c.brokers[0], c.brokers[1], "idle", 1)
 	stop := make(chan struct{})
@@ -400,7 +402,7 @@ func TestHeartbeatStreamAnswers(t *testing.T) {
 
 	// Slow ones first: the others are answered at once, and so is the next
 	// message; the deaf one at its timeout, the blocked one once released.
-	const deafTimeout = 400 * time.Millisecond
+	const deafTimeout = time.Second
 	start = send(protoCall(10, "blocked", 5, 5*sec), protoCall(11, "deaf", 5, deafTimeout),
 		protoCall(12, "ok", 7, sec), protoCall(13, "nope", 5, sec))
 	next := send(protoCall(14, "ok", 8, sec))
