@@ -78,6 +78,7 @@ func run(args []string) error {
 	fs.DurationVar(&def.Groups.MinSessionTimeout, "group-min-session-timeout", def.Groups.MinSessionTimeout, "shortest session timeout a consumer may ask for (group.min.session.timeout.ms)")
 	fs.DurationVar(&def.Groups.MaxSessionTimeout, "group-max-session-timeout", def.Groups.MaxSessionTimeout, "longest session timeout a consumer may ask for (group.max.session.timeout.ms)")
 	fs.DurationVar(&def.Groups.InitialRebalanceDelay, "group-initial-rebalance-delay", def.Groups.InitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (group.initial.rebalance.delay.ms)")
+	fs.Int64Var(&def.Groups.OffsetsCompactAfter, "offsets-compact-after", def.Groups.OffsetsCompactAfter, "records a __consumer_offsets partition may hold before its coordinator rewrites the latest record of each key and moves the log start past the rest (0: never; Kafka runs its log cleaner instead)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -58,6 +58,10 @@ type GroupConfig struct {
 	MinSessionTimeout, MaxSessionTimeout time.Duration
 	// InitialRebalanceDelay is group.initial.rebalance.delay.ms.
 	InitialRebalanceDelay time.Duration
+	// OffsetsCompactAfter is how many records a __consumer_offsets
+	// partition may hold before its coordinator compacts it (Kafka runs
+	// its log cleaner instead); 0 never compacts.
+	OffsetsCompactAfter int64
 }
 
 // Configuration errors. ValidateConfig wraps one of them with the offending
@@ -87,6 +91,7 @@ func DefaultConfig() Config {
 			OffsetsTopicReplicationFactor: 3,
 			MinSessionTimeout:             500 * time.Millisecond,
 			MaxSessionTimeout:             30 * time.Minute,
+			OffsetsCompactAfter:           50_000,
 		},
 	}
 }
@@ -138,6 +143,8 @@ func ValidateConfig(c *Config) error {
 		return fmt.Errorf("%w: session timeouts min %v, max %v", ErrGroupConfig, g.MinSessionTimeout, g.MaxSessionTimeout)
 	case g.InitialRebalanceDelay < 0:
 		return fmt.Errorf("%w: initial rebalance delay %v", ErrGroupConfig, g.InitialRebalanceDelay)
+	case g.OffsetsCompactAfter < 0:
+		return fmt.Errorf("%w: offsets compact after %d records", ErrGroupConfig, g.OffsetsCompactAfter)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

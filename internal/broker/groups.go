@@ -29,6 +29,7 @@ func (b *Broker) newCoordinator() (*group.Coordinator, error) {
 		MinSessionTimeout:     b.cfg.Groups.MinSessionTimeout,
 		MaxSessionTimeout:     b.cfg.Groups.MaxSessionTimeout,
 		InitialRebalanceDelay: b.cfg.Groups.InitialRebalanceDelay,
+		CompactAfter:          b.cfg.Groups.OffsetsCompactAfter,
 		Logger:                b.log.With("component", "coordinator"),
 	})
 }
@@ -65,14 +66,18 @@ type offsetsLog struct{ r *replication.Replica }
 
 func (l offsetsLog) Term() uint64 { return l.r.ReadyTerm() }
 
-func (l offsetsLog) Append(ctx context.Context, recs []group.Record) error {
+func (l offsetsLog) Append(ctx context.Context, recs []group.Record) (int64, error) {
 	now := time.Now().UnixMilli()
 	srecs := make([]storage.Record, len(recs))
 	for i, r := range recs {
 		srecs[i] = storage.Record{Timestamp: now, Key: r.Key, Value: r.Value}
 	}
-	_, err := l.r.Produce(ctx, replication.AcksAll, storage.EncodeBatch(srecs))
-	return err
+	res, err := l.r.Produce(ctx, replication.AcksAll, storage.EncodeBatch(srecs))
+	return res.BaseOffset, err
+}
+
+func (l offsetsLog) DeleteRecords(ctx context.Context, before int64) (int64, error) {
+	return l.r.DeleteRecords(ctx, before)
 }
 
 func (l offsetsLog) Read(ctx context.Context, offset int64) ([]group.Record, int64, int64, error) {
@@ -100,7 +105,7 @@ func (b *Broker) ensureOffsetsTopic(ctx context.Context) error {
 	rf = min(rf, len(b.cfg.Peers))
 	spec := &tapesv1.TopicSpec{Name: group.OffsetsTopic, Partitions: b.cfg.Groups.OffsetsTopicPartitions, ReplicationFactor: int32(rf),
 		Configs: map[string]string{
-			metadata.ConfigRetentionMs:    "-1", // no compaction here: offsets are kept (see ARCHITECTURE.md)
+			metadata.ConfigRetentionMs:    "-1", // the coordinator compacts it instead (group/compact.go)
 			metadata.ConfigRetentionBytes: "-1",
 			metadata.ConfigSegmentBytes:   strconv.Itoa(offsetsTopicSegmentBytes),
 		}}

@@ -25,10 +25,14 @@ type Log interface {
 	// and has applied everything committed before it; 0 when it does not
 	// lead. It must not block.
 	Term() uint64
-	// Append writes recs as one batch with acks=all and returns once the
-	// batch is committed, or an error (a Kafka error, e.g.
-	// NOT_LEADER_OR_FOLLOWER). It blocks up to ctx.
-	Append(ctx context.Context, recs []Record) error
+	// Append writes recs as one batch with acks=all and returns the
+	// offset of its first record once the batch is committed, or an error
+	// (a Kafka error, e.g. NOT_LEADER_OR_FOLLOWER). It blocks up to ctx.
+	Append(ctx context.Context, recs []Record) (base int64, err error)
+	// DeleteRecords moves the partition's log start to before (at most
+	// the high watermark) on every replica and returns the new log start
+	// once that is committed. It blocks up to ctx.
+	DeleteRecords(ctx context.Context, before int64) (logStart int64, err error)
 	// Read returns committed records from offset on (some, not
 	// necessarily all) and the high watermark; offset below the log start
 	// reads from the log start. It blocks up to ctx.
@@ -52,6 +56,12 @@ type Config struct {
 	// InitialRebalanceDelay is how long the first join of an empty group
 	// waits for more members (Kafka's group.initial.rebalance.delay.ms).
 	InitialRebalanceDelay time.Duration
+	// CompactAfter: once a partition this broker coordinates holds at
+	// least this many records, and at least twice as many as it has keys,
+	// the coordinator rewrites the latest record of each key at the end of
+	// the partition and moves its log start past the rest (see
+	// compact.go). 0 never compacts.
+	CompactAfter int64
 	// Tick is how often sessions and rebalance timeouts are checked.
 	Tick time.Duration
 	// Now is the clock (time.Now when nil).
@@ -64,6 +74,7 @@ var (
 	ErrNoPartitions = errors.New("group: Config.Partitions is required")
 	ErrBadTimeouts  = errors.New("group: session timeout bounds must satisfy 0 < min <= max")
 	ErrNoOpen       = errors.New("group: Config.Open is required")
+	ErrBadCompact   = errors.New("group: Config.CompactAfter must be >= 0")
 )
 
 // Validate checks cfg and fills defaults.
@@ -75,6 +86,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: min %v, max %v", ErrBadTimeouts, c.MinSessionTimeout, c.MaxSessionTimeout)
 	case c.Open == nil:
 		return ErrNoOpen
+	case c.CompactAfter < 0:
+		return fmt.Errorf("%w: %d", ErrBadCompact, c.CompactAfter)
 	}
 	if c.Tick <= 0 {
 		c.Tick = 100 * time.Millisecond
@@ -153,6 +166,7 @@ func (c *Coordinator) tick() {
 		case <-s.ready:
 			if s.err == nil {
 				s.tick(now)
+				s.maybeCompact()
 			}
 		default:
 		}

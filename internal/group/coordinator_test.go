@@ -11,37 +11,65 @@ import (
 )
 
 // memLog is an in-memory __consumer_offsets partition whose leadership term
-// the test sets.
+// the test sets. recs[0] is at offset start.
 type memLog struct {
-	mu   sync.Mutex
-	term uint64
-	recs []Record
-	fail error
+	mu    sync.Mutex
+	term  uint64
+	start int64
+	recs  []Record
+	fail  error
+	// moved counts the DeleteRecords that moved start.
+	moved int
 }
 
 func (l *memLog) Term() uint64 { l.mu.Lock(); defer l.mu.Unlock(); return l.term }
 
 func (l *memLog) setTerm(t uint64) { l.mu.Lock(); l.term = t; l.mu.Unlock() }
 
-func (l *memLog) Append(_ context.Context, recs []Record) error {
+func (l *memLog) Append(_ context.Context, recs []Record) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fail != nil {
-		return l.fail
+		return 0, l.fail
 	}
+	base := l.start + int64(len(l.recs))
 	l.recs = append(l.recs, recs...)
-	return nil
+	return base, nil
+}
+
+func (l *memLog) DeleteRecords(_ context.Context, before int64) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if end := l.start + int64(len(l.recs)); before > end {
+		return 0, kerr.OutOfRange(before, l.start, end)
+	}
+	if before > l.start {
+		l.recs = l.recs[before-l.start:]
+		l.start = before
+		l.moved++
+	}
+	return l.start, nil
 }
 
 func (l *memLog) Read(_ context.Context, offset int64) ([]Record, int64, int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	end := int64(len(l.recs))
+	offset = max(offset, l.start)
+	end := l.start + int64(len(l.recs))
 	if offset >= end {
 		return nil, offset, end, nil
 	}
 	stop := min(end, offset+3) // a few at a time, to exercise the loop
-	return append([]Record(nil), l.recs[offset:stop]...), stop, end, nil
+	return append([]Record(nil), l.recs[offset-l.start:stop-l.start]...), stop, end, nil
+}
+
+func (l *memLog) deletions() int { l.mu.Lock(); defer l.mu.Unlock(); return l.moved }
+
+// copyLog returns a copy of l, in term term.
+func (l *memLog) copyLog(term uint64) *memLog {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return &memLog{term: term, start: l.start, recs: append([]Record(nil), l.recs...)}
 }
 
 // clock is a manual clock.
@@ -63,9 +91,15 @@ type env struct {
 
 func newEnv(t *testing.T, l *memLog) *env {
 	t.Helper()
+	return newEnvCompacting(t, l, 0)
+}
+
+// newEnvCompacting is newEnv with Config.CompactAfter set.
+func newEnvCompacting(t *testing.T, l *memLog, compactAfter int64) *env {
+	t.Helper()
 	clk := &clock{now: time.Unix(1_700_000_000, 0)}
 	c, err := New(Config{BrokerID: 1, Partitions: func() int32 { return 1 }, Open: func(int32) Log { return l },
-		MinSessionTimeout: time.Second, MaxSessionTimeout: time.Minute, Now: clk.Now})
+		MinSessionTimeout: time.Second, MaxSessionTimeout: time.Minute, Now: clk.Now, CompactAfter: compactAfter})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,9 @@
 // write (an offset commit, a generation's assignment, a group becoming
 // empty) is appended with acks=all and applied to the in-memory state only
 // once committed, so what a member was told survives the coordinator's
-// crash.
+// crash. A partition that has grown past Config.CompactAfter records is
+// compacted by its coordinator (compact.go): the latest record of each key
+// is written again and the log start moved past the rest.
 //
 // The assignment itself is computed by the group's leader member (package
 // assign); the coordinator only carries subscriptions and assignments.

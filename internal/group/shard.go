@@ -32,10 +32,24 @@ type shard struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
+	// writes orders appends against compaction: append holds it shared
+	// for the whole write, compact holds it exclusively, so no write of
+	// this shard is in flight between compact's read of the partition and
+	// its DeleteRecords (which would otherwise delete a commit compact did
+	// not see).
+	writes sync.RWMutex
+
 	mu sync.Mutex
 	// groups: every group with members or committed offsets in this
 	// partition. Guarded by mu, as is everything inside each group.
 	groups map[string]*group
+	// records is about how many records the partition holds from its log
+	// start (counted by load and compact, grown by every write that
+	// committed); compactAt is the count at which compaction is next
+	// tried; compacting is set while it runs. Guarded by mu.
+	// Invariant: compactAt > 0 once load finished, when compaction is on.
+	records, compactAt int64
+	compacting         bool
 }
 
 func newShard(c *Coordinator, p int32, term uint64, l Log) *shard {
@@ -59,12 +73,10 @@ func (s *shard) failed() bool {
 	}
 }
 
-// load rebuilds the partition's groups and offsets from its log.
-func (s *shard) load() {
-	defer close(s.ready)
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// context returns a context that ends after timeout or when the shard
+// closes, whichever comes first.
+func (s *shard) context(timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	go func() {
 		select {
 		case <-s.done:
@@ -72,51 +84,77 @@ func (s *shard) load() {
 		case <-ctx.Done():
 		}
 	}()
+	return ctx, cancel
+}
+
+// load rebuilds the partition's groups and offsets from its log.
+func (s *shard) load() {
+	defer close(s.ready)
+	start := time.Now()
+	ctx, cancel := s.context(time.Minute)
+	defer cancel()
+	groupGen := map[string]int32{}
+	now := s.c.cfg.Now()
+	n, err := s.scan(ctx, func(_ Record, d decoded) {
+		g := s.groups[d.key.Group]
+		if g == nil {
+			g = newGroup(d.key.Group)
+			s.groups[d.key.Group] = g
+		}
+		switch {
+		case d.offset != nil:
+			g.offsets[assign.TopicPartition{Topic: d.key.Topic, Partition: d.key.Partition}] =
+				committed{offset: d.offset.Offset, metadata: d.offset.Metadata, timestamp: d.offset.CommitTimestampMs}
+		case d.group != nil:
+			if last, ok := groupGen[g.id]; ok && d.group.GenerationId < last {
+				return
+			}
+			groupGen[g.id] = d.group.GenerationId
+			g.restore(d.group, now)
+		}
+	})
+	if err != nil {
+		s.err = err
+		return
+	}
+	s.mu.Lock()
+	s.records, s.compactAt = int64(n), s.c.cfg.CompactAfter
+	s.mu.Unlock()
+	s.c.log.Info("coordinator loaded", "partition", s.p, "epoch", s.term, "groups", len(s.groups), "records", n, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// scan reads the partition from its log start up to its high watermark
+// when scan began and calls fn with every record it can decode (and the
+// record as read), in order.
+// It returns how many records it read (decodable or not).
+func (s *shard) scan(ctx context.Context, fn func(Record, decoded)) (int, error) {
 	var (
 		offset, hw int64 = 0, -1
 		n          int
 	)
-	groupGen := map[string]int32{}
-	now := s.c.cfg.Now()
 	for hw < 0 || offset < hw {
 		recs, next, h, err := s.log.Read(ctx, offset)
 		if err != nil {
-			s.err = fmt.Errorf("read %s-%d at %d: %w", OffsetsTopic, s.p, offset, err)
-			return
+			return n, fmt.Errorf("read %s-%d at %d: %w", OffsetsTopic, s.p, offset, err)
 		}
 		if hw < 0 {
-			hw = h // load up to the high watermark at the start
+			hw = h
 		}
 		for _, r := range recs {
+			n++
 			d, err := decodeRecord(r)
 			if err != nil {
 				s.c.log.Warn("skipping an undecodable record", "partition", s.p, "err", err)
 				continue
 			}
-			n++
-			g := s.groups[d.key.Group]
-			if g == nil {
-				g = newGroup(d.key.Group)
-				s.groups[d.key.Group] = g
-			}
-			switch {
-			case d.offset != nil:
-				g.offsets[assign.TopicPartition{Topic: d.key.Topic, Partition: d.key.Partition}] =
-					committed{offset: d.offset.Offset, metadata: d.offset.Metadata, timestamp: d.offset.CommitTimestampMs}
-			case d.group != nil:
-				if last, ok := groupGen[g.id]; ok && d.group.GenerationId < last {
-					continue
-				}
-				groupGen[g.id] = d.group.GenerationId
-				g.restore(d.group, now)
-			}
+			fn(r, d)
 		}
 		if next <= offset && len(recs) == 0 {
 			break // nothing more below the high watermark
 		}
 		offset = next
 	}
-	s.c.log.Info("coordinator loaded", "partition", s.p, "epoch", s.term, "groups", len(s.groups), "records", n, "took", time.Since(start).Round(time.Millisecond))
+	return n, nil
 }
 
 // group returns the group (creating it Empty when create is set). Caller
@@ -242,17 +280,29 @@ func (s *shard) persistAsync(groupID string, v *tapesv1.GroupValue) {
 // append writes recs while this shard still coordinates; a lost leadership
 // is NOT_COORDINATOR (the write's outcome is then unknown, as Kafka's).
 func (s *shard) append(ctx context.Context, recs []Record) error {
+	s.writes.RLock()
+	defer s.writes.RUnlock()
+	_, err := s.write(ctx, recs)
+	return err
+}
+
+// write appends recs and counts them; the caller holds s.writes (shared
+// or exclusive). It returns the offset of the first record.
+func (s *shard) write(ctx context.Context, recs []Record) (int64, error) {
 	if s.log.Term() != s.term {
-		return kerr.New(kerr.NotCoordinator, "broker %d no longer leads %s-%d", s.c.cfg.BrokerID, OffsetsTopic, s.p)
+		return 0, kerr.New(kerr.NotCoordinator, "broker %d no longer leads %s-%d", s.c.cfg.BrokerID, OffsetsTopic, s.p)
 	}
-	err := s.log.Append(ctx, recs)
+	base, err := s.log.Append(ctx, recs)
 	if kerr.Is(err, kerr.NotLeaderOrFollower) || kerr.Is(err, kerr.LeaderNotAvailable) || s.log.Term() != s.term {
-		return kerr.New(kerr.NotCoordinator, "broker %d lost the leadership of %s-%d while writing: %v", s.c.cfg.BrokerID, OffsetsTopic, s.p, err)
+		return 0, kerr.New(kerr.NotCoordinator, "broker %d lost the leadership of %s-%d while writing: %v", s.c.cfg.BrokerID, OffsetsTopic, s.p, err)
 	}
 	if err != nil {
-		return fmt.Errorf("write to %s-%d: %w", OffsetsTopic, s.p, err)
+		return 0, fmt.Errorf("write to %s-%d: %w", OffsetsTopic, s.p, err)
 	}
-	return nil
+	s.mu.Lock()
+	s.records += int64(len(recs))
+	s.mu.Unlock()
+	return base, nil
 }
 
 // sync registers a SyncGroup and returns the channel that answers it.

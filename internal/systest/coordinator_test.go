@@ -7,6 +7,7 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/client"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
@@ -16,8 +17,11 @@ import (
 // group's __consumer_offsets partition rebuilds the group from the
 // replicated log: the member's heartbeats (same generation) are accepted
 // there, its committed offsets are intact, and it keeps committing.
+// The brokers compact __consumer_offsets after 100 records, and the member
+// commits 150 times first: the new coordinator rebuilds the group from a
+// compacted partition (its log start moved past the superseded commits).
 func TestCoordinatorSurvivesKill(t *testing.T) {
-	e := start(t, 3)
+	e := start(t, 3, "--offsets-compact-after", "100")
 	e.CreateTopic("orders", 2, 3, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -50,9 +54,24 @@ func TestCoordinatorSurvivesKill(t *testing.T) {
 		return cl.OffsetCommit(ctx, &tapesv1.OffsetCommitRequest{GroupId: "demo", GenerationId: 1, MemberId: member,
 			Offsets: []*tapesv1.OffsetCommitPartition{{Topic: "orders", Partition: 0, Offset: o0}, {Topic: "orders", Partition: 1, Offset: o1}}})
 	}
-	if err := commit(5, 7); err != nil {
+	for i := range 150 {
+		if err := commit(int64(100+i), int64(200+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := commit(5, 7); err != nil { // offsets may go back (a reset)
 		t.Fatal(err)
 	}
+	omd, err := cl.Metadata(ctx, []string{group.OffsetsTopic}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsetsPartition := group.PartitionFor("demo", int32(len(omd.Topics[0].Partitions)))
+	e.WaitFor(10*time.Second, "the coordinator to compact "+group.OffsetsTopic, func() bool {
+		return e.Partition(group.OffsetsTopic, offsetsPartition).LogStartOffset > 0
+	})
+	md := e.Partition(group.OffsetsTopic, offsetsPartition)
+	t.Logf("%s-%d: log start %d, high watermark %d", group.OffsetsTopic, offsetsPartition, md.LogStartOffset, md.HighWatermark)
 	// A stale generation is fenced.
 	err = cl.OffsetCommit(ctx, &tapesv1.OffsetCommitRequest{GroupId: "demo", GenerationId: 0, MemberId: member,
 		Offsets: []*tapesv1.OffsetCommitPartition{{Topic: "orders", Partition: 0, Offset: 1}}})
