@@ -124,9 +124,9 @@ func (s *shard) load() {
 }
 
 // scan reads the partition from its log start up to its high watermark
-// when scan began and calls fn with every record it can decode (and the
-// record as read), in order.
-// It returns how many records it read (decodable or not).
+// when scan began and calls fn, in order, with every record it can decode
+// (the record as read, and decoded). It returns how many records it read,
+// decodable or not.
 func (s *shard) scan(ctx context.Context, fn func(Record, decoded)) (int, error) {
 	var (
 		offset, hw int64 = 0, -1
