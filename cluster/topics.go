@@ -14,15 +14,16 @@ type topicsCommand struct {
 }
 
 func init() {
-	register("topics", "create, list, describe and delete topics", (&topicsCommand{stdout: os.Stdout, stderr: os.Stderr}).Run)
+	register("topics", "create, list, describe and delete topics; delete records", (&topicsCommand{stdout: os.Stdout, stderr: os.Stderr}).Run)
 }
 
 // topicsActions maps each action to its run function.
 var topicsActions = map[string]func(c *topicsCommand, ctx context.Context, args []string) error{
-	"create":   (*topicsCommand).create,
-	"list":     (*topicsCommand).list,
-	"describe": (*topicsCommand).describe,
-	"delete":   (*topicsCommand).delete,
+	"create":         (*topicsCommand).create,
+	"list":           (*topicsCommand).list,
+	"describe":       (*topicsCommand).describe,
+	"delete":         (*topicsCommand).delete,
+	"delete-records": (*topicsCommand).deleteRecords,
 }
 
 const topicsUsage = `Usage:
@@ -30,6 +31,7 @@ const topicsUsage = `Usage:
   cluster topics list
   cluster topics describe [NAME ...]
   cluster topics delete NAME [NAME ...]
+  cluster topics delete-records NAME --partition P --offset O
 
 Every action takes --dir DIR or --bootstrap-server HOST:PORT[,HOST:PORT]
 (and --timeout); run ` + "`cluster topics ACTION --help`" + ` for its flags.
@@ -39,7 +41,7 @@ Every action takes --dir DIR or --bootstrap-server HOST:PORT[,HOST:PORT]
 func (c *topicsCommand) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(c.stderr, topicsUsage)
-		return fmt.Errorf("%w: missing action (create, list, describe or delete)", errUsage)
+		return fmt.Errorf("%w: missing action (create, list, describe, delete or delete-records)", errUsage)
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
@@ -49,7 +51,7 @@ func (c *topicsCommand) Run(ctx context.Context, args []string) error {
 	action, ok := topicsActions[args[0]]
 	if !ok {
 		fmt.Fprint(c.stderr, topicsUsage)
-		return fmt.Errorf("%w: unknown action %q (want create, list, describe or delete)", errUsage, args[0])
+		return fmt.Errorf("%w: unknown action %q (want create, list, describe, delete or delete-records)", errUsage, args[0])
 	}
 	return action(c, ctx, args[1:])
 }

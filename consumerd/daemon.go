@@ -302,9 +302,9 @@ func (d *daemon) Gap(tp consumer.TopicPartition, from, to, resumeAt int64) {
 		Partition: &p, From: &from, To: &to, ResumeAt: &resumeAt}); err != nil {
 		d.log.Error("history", "err", err)
 	}
-	fmt.Fprintf(d.out, "%s: %s-%d: offsets %d..%d were deleted by retention before this group read them; continuing at %d\n",
+	fmt.Fprintf(d.out, "%s: %s-%d: offsets %d..%d were deleted by retention (or delete-records) before this group read them; continuing at %d\n",
 		d.o.name, tp.Topic, tp.Partition, from, to-1, resumeAt)
-	d.log.Warn("offsets lost to retention", "partition", tp.Partition, "from", from, "to", to, "resume_at", resumeAt)
+	d.log.Warn("offsets lost to retention or delete-records", "partition", tp.Partition, "from", from, "to", to, "resume_at", resumeAt)
 }
 
 func (d *daemon) assignmentLine(typ string, gen int32, tps []consumer.TopicPartition, why error) {

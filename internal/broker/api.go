@@ -363,6 +363,23 @@ func (a *api) ListOffsets(ctx context.Context, req *tapesv1.ListOffsetsRequest) 
 	return &tapesv1.ListOffsetsResponse{Offset: off, TimestampMs: ts, LeaderEpoch: epoch}, nil
 }
 
+// DeleteRecords moves a partition's log start forward on every replica.
+// __consumer_offsets is refused: its coordinator compacts it.
+func (a *api) DeleteRecords(ctx context.Context, req *tapesv1.DeleteRecordsRequest) (*tapesv1.DeleteRecordsResponse, error) {
+	if req.Topic == group.OffsetsTopic {
+		return nil, kerr.ToStatus(kerr.New(kerr.InvalidTopic, "%s is an internal topic (its coordinator compacts it); records cannot be deleted from it", req.Topic))
+	}
+	r, err := a.leaderReplica(req.Topic, req.Partition)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	start, err := r.DeleteRecords(ctx, req.Offset)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	return &tapesv1.DeleteRecordsResponse{LowWatermark: start}, nil
+}
+
 // InitProducerId allocates a producer id through the controller quorum, so
 // ids are unique across the cluster and survive every failover.
 func (a *api) InitProducerId(ctx context.Context, _ *tapesv1.InitProducerIdRequest) (*tapesv1.InitProducerIdResponse, error) {

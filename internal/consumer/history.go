@@ -29,8 +29,9 @@ const (
 //   - "commit": a commit attempt: offsets (partition -> next offset),
 //     status "ok" or "error" with error (Kafka's name);
 //   - "assigned", "revoked", "lost": an assignment change: partitions;
-//   - "gap": offsets [from, to) of partition lost to retention before this
-//     consumer read them, and resume_at, where it went on.
+//   - "gap": offsets [from, to) of partition lost to retention (or
+//     delete-records) before this consumer read them, and resume_at,
+//     where it went on.
 //
 // Every line has consumer, generation, topic and at (RFC 3339, UTC,
 // microseconds).

@@ -11,16 +11,19 @@ import (
 // DeleteRecords moves the log start of the partition to before (Kafka's
 // DeleteRecords): every replica applies the same DeleteBefore entry, drops
 // the segments that lie wholly below it, and fetches below it answer
-// OFFSET_OUT_OF_RANGE. before must lie within [log start, high watermark];
-// a point at or below the log start changes nothing. It returns the log
-// start once the entry is committed and applied, and blocks up to ctx.
-// Called by the group coordinator (compacting __consumer_offsets) from its
-// own goroutine.
+// OFFSET_OUT_OF_RANGE. before must be at most the high watermark (-1 means
+// the high watermark); a point at or below the log start changes nothing.
+// It returns the log start once the entry is committed and applied, and
+// blocks up to ctx. Called by the DeleteRecords RPC and by the group
+// coordinator (compacting __consumer_offsets), from their own goroutines.
 func (r *Replica) DeleteRecords(ctx context.Context, before int64) (logStart int64, err error) {
 	if _, err := r.readyTerm(); err != nil {
 		return 0, err
 	}
 	start, hw := r.log.StartOffset(), r.log.EndOffset()
+	if before == -1 {
+		before = hw
+	}
 	if before < 0 || before > hw {
 		return 0, kerr.OutOfRange(before, start, hw)
 	}

@@ -18,17 +18,7 @@ import (
 func TestRetentionDeletesSegments(t *testing.T) {
 	e := start(t, 3)
 	e.CreateTopic("short", 1, 3, map[string]string{"segment.bytes": "4096", "retention.bytes": "8192"})
-	for i := 0; i < 40; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		recs := testcluster.Records("r", i*10, 10)
-		for _, r := range recs {
-			r.Value = append(r.Value, []byte(strings.Repeat("x", 90))...)
-		}
-		if _, err := e.Client.Produce(ctx, &tapesv1.ProduceRequest{Topic: "short", Partition: 0, Acks: -1, Records: recs}); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-	}
+	producePadded(t, e, "short", 400)
 	var start int64
 	e.WaitFor(20*time.Second, "retention to advance the log start on every replica", func() bool {
 		pm := e.Partition("short", 0)
@@ -36,20 +26,7 @@ func TestRetentionDeletesSegments(t *testing.T) {
 			return false
 		}
 		start = pm.LogStartOffset
-		for _, b := range e.Brokers() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			resp, err := e.Client.DescribeReplicas(ctx, b.ID)
-			cancel()
-			if err != nil {
-				return false
-			}
-			for _, r := range resp.Replicas {
-				if r.Topic == "short" && r.LogStartOffset < start {
-					return false
-				}
-			}
-		}
-		return true
+		return e.EveryReplica("short", 0, 0, func(r *tapesv1.ReplicaStatus) bool { return r.LogStartOffset >= start })
 	})
 	t.Logf("log start advanced to %d of 400", start)
 	_, err := e.Client.Fetch(context.Background(), &tapesv1.FetchRequest{Topic: "short", Partition: 0, Offset: 0})
@@ -67,6 +44,24 @@ func TestRetentionDeletesSegments(t *testing.T) {
 	_, err = e.Client.Fetch(context.Background(), &tapesv1.FetchRequest{Topic: "short", Partition: 0, Offset: 401})
 	if !kerr.Is(err, kerr.OffsetOutOfRange) {
 		t.Fatalf("fetch past the high watermark: %v, want %s", err, kerr.OffsetOutOfRange)
+	}
+}
+
+// producePadded appends n records of about 100 bytes to partition 0 of
+// topic, in batches of 10 with acks=all.
+func producePadded(t *testing.T, e *testcluster.Env, topic string, n int) {
+	t.Helper()
+	for i := 0; i < n; i += 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		recs := testcluster.Records("r", i, min(10, n-i))
+		for _, r := range recs {
+			r.Value = append(r.Value, []byte(strings.Repeat("x", 90))...)
+		}
+		_, err := e.Client.Produce(ctx, &tapesv1.ProduceRequest{Topic: topic, Partition: 0, Acks: -1, Records: recs})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

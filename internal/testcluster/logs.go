@@ -98,3 +98,18 @@ func (e *Env) CompareLogFiles(topic string, p int32, skip int32, hw int64) {
 	}
 	e.T.Logf("%d replicas of %s-%d hold identical logs up to offset %d", len(reps), topic, p, hw)
 }
+
+// SegmentCount is how many segment files broker b keeps for topic/p (0
+// when it hosts no replica of it).
+func (e *Env) SegmentCount(b clusterfile.Process, topic string, p int32) int {
+	e.T.Helper()
+	dir, ok := partitionLogDir(b, topic, p)
+	if !ok {
+		return 0
+	}
+	m, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil {
+		e.T.Fatalf("segments of %s-%d on %s: %v", topic, p, b.Name, err)
+	}
+	return len(m)
+}

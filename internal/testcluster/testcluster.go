@@ -290,25 +290,32 @@ func (e *Env) AssertReplicasIdentical(topic string, p int32, skip int32) {
 	e.T.Helper()
 	hw := e.Partition(topic, p).HighWatermark
 	e.WaitFor(20*time.Second, fmt.Sprintf("replicas of %s-%d to reach %d", topic, p, hw), func() bool {
-		for _, b := range e.Brokers() {
-			if b.ID == skip || !e.C.Running(b.Name) {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			resp, err := e.Client.DescribeReplicas(ctx, b.ID)
-			cancel()
-			if err != nil {
-				return false
-			}
-			for _, r := range resp.Replicas {
-				if r.Topic == topic && r.Partition == p && r.HighWatermark < hw {
-					return false
-				}
-			}
-		}
-		return true
+		return e.EveryReplica(topic, p, skip, func(r *tapesv1.ReplicaStatus) bool { return r.HighWatermark >= hw })
 	})
 	e.CompareLogFiles(topic, p, skip, hw)
+}
+
+// EveryReplica reports whether every running broker other than skip (0:
+// none) answers DescribeReplicas and each replica of topic/p it holds
+// satisfies cond.
+func (e *Env) EveryReplica(topic string, p int32, skip int32, cond func(*tapesv1.ReplicaStatus) bool) bool {
+	for _, b := range e.Brokers() {
+		if b.ID == skip || !e.C.Running(b.Name) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		resp, err := e.Client.DescribeReplicas(ctx, b.ID)
+		cancel()
+		if err != nil {
+			return false
+		}
+		for _, r := range resp.Replicas {
+			if r.Topic == topic && r.Partition == p && !cond(r) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func Others(all []int32, drop int32) []int32 {

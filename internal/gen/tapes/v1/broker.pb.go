@@ -1288,6 +1288,114 @@ func (x *ListOffsetsResponse) GetLeaderEpoch() int64 {
 	return 0
 }
 
+type DeleteRecordsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The new log start offset: records below it are deleted. -1 means the
+	// high watermark (everything committed so far). Below the current log
+	// start nothing changes; above the high watermark is OFFSET_OUT_OF_RANGE.
+	Offset        int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRecordsRequest) Reset() {
+	*x = DeleteRecordsRequest{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRecordsRequest) ProtoMessage() {}
+
+func (x *DeleteRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRecordsRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DeleteRecordsRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *DeleteRecordsRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *DeleteRecordsRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+type DeleteRecordsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The log start offset afterwards (Kafka's low watermark).
+	LowWatermark  int64 `protobuf:"varint,1,opt,name=low_watermark,json=lowWatermark,proto3" json:"low_watermark,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRecordsResponse) Reset() {
+	*x = DeleteRecordsResponse{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRecordsResponse) ProtoMessage() {}
+
+func (x *DeleteRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRecordsResponse.ProtoReflect.Descriptor instead.
+func (*DeleteRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DeleteRecordsResponse) GetLowWatermark() int64 {
+	if x != nil {
+		return x.LowWatermark
+	}
+	return 0
+}
+
 type InitProducerIdRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1296,7 +1404,7 @@ type InitProducerIdRequest struct {
 
 func (x *InitProducerIdRequest) Reset() {
 	*x = InitProducerIdRequest{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[19]
+	mi := &file_tapes_v1_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1416,7 @@ func (x *InitProducerIdRequest) String() string {
 func (*InitProducerIdRequest) ProtoMessage() {}
 
 func (x *InitProducerIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[19]
+	mi := &file_tapes_v1_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1429,7 @@ func (x *InitProducerIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitProducerIdRequest.ProtoReflect.Descriptor instead.
 func (*InitProducerIdRequest) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{19}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{21}
 }
 
 type InitProducerIdResponse struct {
@@ -1334,7 +1442,7 @@ type InitProducerIdResponse struct {
 
 func (x *InitProducerIdResponse) Reset() {
 	*x = InitProducerIdResponse{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[20]
+	mi := &file_tapes_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1454,7 @@ func (x *InitProducerIdResponse) String() string {
 func (*InitProducerIdResponse) ProtoMessage() {}
 
 func (x *InitProducerIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[20]
+	mi := &file_tapes_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1467,7 @@ func (x *InitProducerIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitProducerIdResponse.ProtoReflect.Descriptor instead.
 func (*InitProducerIdResponse) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InitProducerIdResponse) GetProducerId() int64 {
@@ -1482,12 +1590,18 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x13ListOffsetsResponse\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12!\n" +
 	"\ftimestamp_ms\x18\x02 \x01(\x03R\vtimestampMs\x12!\n" +
-	"\fleader_epoch\x18\x03 \x01(\x03R\vleaderEpoch\"\x17\n" +
+	"\fleader_epoch\x18\x03 \x01(\x03R\vleaderEpoch\"b\n" +
+	"\x14DeleteRecordsRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\"<\n" +
+	"\x15DeleteRecordsResponse\x12#\n" +
+	"\rlow_watermark\x18\x01 \x01(\x03R\flowWatermark\"\x17\n" +
 	"\x15InitProducerIdRequest\"`\n" +
 	"\x16InitProducerIdResponse\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x03R\n" +
 	"producerId\x12%\n" +
-	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch2\x8b\x04\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch2\xdd\x04\n" +
 	"\rBrokerService\x12A\n" +
 	"\bMetadata\x12\x19.tapes.v1.MetadataRequest\x1a\x1a.tapes.v1.MetadataResponse\x12M\n" +
 	"\fCreateTopics\x12\x1d.tapes.v1.CreateTopicsRequest\x1a\x1e.tapes.v1.CreateTopicsResponse\x12M\n" +
@@ -1495,7 +1609,8 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\aProduce\x12\x18.tapes.v1.ProduceRequest\x1a\x19.tapes.v1.ProduceResponse\x128\n" +
 	"\x05Fetch\x12\x16.tapes.v1.FetchRequest\x1a\x17.tapes.v1.FetchResponse\x12J\n" +
 	"\vListOffsets\x12\x1c.tapes.v1.ListOffsetsRequest\x1a\x1d.tapes.v1.ListOffsetsResponse\x12S\n" +
-	"\x0eInitProducerId\x12\x1f.tapes.v1.InitProducerIdRequest\x1a .tapes.v1.InitProducerIdResponseB:Z8github.com/tapes-dev/tapes/internal/gen/tapes/v1;tapesv1b\x06proto3"
+	"\x0eInitProducerId\x12\x1f.tapes.v1.InitProducerIdRequest\x1a .tapes.v1.InitProducerIdResponse\x12P\n" +
+	"\rDeleteRecords\x12\x1e.tapes.v1.DeleteRecordsRequest\x1a\x1f.tapes.v1.DeleteRecordsResponseB:Z8github.com/tapes-dev/tapes/internal/gen/tapes/v1;tapesv1b\x06proto3"
 
 var (
 	file_tapes_v1_broker_proto_rawDescOnce sync.Once
@@ -1509,7 +1624,7 @@ func file_tapes_v1_broker_proto_rawDescGZIP() []byte {
 	return file_tapes_v1_broker_proto_rawDescData
 }
 
-var file_tapes_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_tapes_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_tapes_v1_broker_proto_goTypes = []any{
 	(*Header)(nil),                 // 0: tapes.v1.Header
 	(*Record)(nil),                 // 1: tapes.v1.Record
@@ -1530,23 +1645,25 @@ var file_tapes_v1_broker_proto_goTypes = []any{
 	(*FetchResponse)(nil),          // 16: tapes.v1.FetchResponse
 	(*ListOffsetsRequest)(nil),     // 17: tapes.v1.ListOffsetsRequest
 	(*ListOffsetsResponse)(nil),    // 18: tapes.v1.ListOffsetsResponse
-	(*InitProducerIdRequest)(nil),  // 19: tapes.v1.InitProducerIdRequest
-	(*InitProducerIdResponse)(nil), // 20: tapes.v1.InitProducerIdResponse
-	nil,                            // 21: tapes.v1.TopicMetadata.ConfigsEntry
-	nil,                            // 22: tapes.v1.TopicSpec.ConfigsEntry
-	(*ErrorDetail)(nil),            // 23: tapes.v1.ErrorDetail
+	(*DeleteRecordsRequest)(nil),   // 19: tapes.v1.DeleteRecordsRequest
+	(*DeleteRecordsResponse)(nil),  // 20: tapes.v1.DeleteRecordsResponse
+	(*InitProducerIdRequest)(nil),  // 21: tapes.v1.InitProducerIdRequest
+	(*InitProducerIdResponse)(nil), // 22: tapes.v1.InitProducerIdResponse
+	nil,                            // 23: tapes.v1.TopicMetadata.ConfigsEntry
+	nil,                            // 24: tapes.v1.TopicSpec.ConfigsEntry
+	(*ErrorDetail)(nil),            // 25: tapes.v1.ErrorDetail
 }
 var file_tapes_v1_broker_proto_depIdxs = []int32{
 	0,  // 0: tapes.v1.Record.headers:type_name -> tapes.v1.Header
-	23, // 1: tapes.v1.PartitionMetadata.error:type_name -> tapes.v1.ErrorDetail
+	25, // 1: tapes.v1.PartitionMetadata.error:type_name -> tapes.v1.ErrorDetail
 	3,  // 2: tapes.v1.TopicMetadata.partitions:type_name -> tapes.v1.PartitionMetadata
-	21, // 3: tapes.v1.TopicMetadata.configs:type_name -> tapes.v1.TopicMetadata.ConfigsEntry
-	23, // 4: tapes.v1.TopicMetadata.error:type_name -> tapes.v1.ErrorDetail
+	23, // 3: tapes.v1.TopicMetadata.configs:type_name -> tapes.v1.TopicMetadata.ConfigsEntry
+	25, // 4: tapes.v1.TopicMetadata.error:type_name -> tapes.v1.ErrorDetail
 	2,  // 5: tapes.v1.MetadataResponse.brokers:type_name -> tapes.v1.BrokerInfo
 	4,  // 6: tapes.v1.MetadataResponse.topics:type_name -> tapes.v1.TopicMetadata
-	22, // 7: tapes.v1.TopicSpec.configs:type_name -> tapes.v1.TopicSpec.ConfigsEntry
+	24, // 7: tapes.v1.TopicSpec.configs:type_name -> tapes.v1.TopicSpec.ConfigsEntry
 	7,  // 8: tapes.v1.CreateTopicsRequest.topics:type_name -> tapes.v1.TopicSpec
-	23, // 9: tapes.v1.TopicResult.error:type_name -> tapes.v1.ErrorDetail
+	25, // 9: tapes.v1.TopicResult.error:type_name -> tapes.v1.ErrorDetail
 	9,  // 10: tapes.v1.CreateTopicsResponse.results:type_name -> tapes.v1.TopicResult
 	9,  // 11: tapes.v1.DeleteTopicsResponse.results:type_name -> tapes.v1.TopicResult
 	1,  // 12: tapes.v1.ProduceRequest.records:type_name -> tapes.v1.Record
@@ -1557,16 +1674,18 @@ var file_tapes_v1_broker_proto_depIdxs = []int32{
 	13, // 17: tapes.v1.BrokerService.Produce:input_type -> tapes.v1.ProduceRequest
 	15, // 18: tapes.v1.BrokerService.Fetch:input_type -> tapes.v1.FetchRequest
 	17, // 19: tapes.v1.BrokerService.ListOffsets:input_type -> tapes.v1.ListOffsetsRequest
-	19, // 20: tapes.v1.BrokerService.InitProducerId:input_type -> tapes.v1.InitProducerIdRequest
-	6,  // 21: tapes.v1.BrokerService.Metadata:output_type -> tapes.v1.MetadataResponse
-	10, // 22: tapes.v1.BrokerService.CreateTopics:output_type -> tapes.v1.CreateTopicsResponse
-	12, // 23: tapes.v1.BrokerService.DeleteTopics:output_type -> tapes.v1.DeleteTopicsResponse
-	14, // 24: tapes.v1.BrokerService.Produce:output_type -> tapes.v1.ProduceResponse
-	16, // 25: tapes.v1.BrokerService.Fetch:output_type -> tapes.v1.FetchResponse
-	18, // 26: tapes.v1.BrokerService.ListOffsets:output_type -> tapes.v1.ListOffsetsResponse
-	20, // 27: tapes.v1.BrokerService.InitProducerId:output_type -> tapes.v1.InitProducerIdResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
+	21, // 20: tapes.v1.BrokerService.InitProducerId:input_type -> tapes.v1.InitProducerIdRequest
+	19, // 21: tapes.v1.BrokerService.DeleteRecords:input_type -> tapes.v1.DeleteRecordsRequest
+	6,  // 22: tapes.v1.BrokerService.Metadata:output_type -> tapes.v1.MetadataResponse
+	10, // 23: tapes.v1.BrokerService.CreateTopics:output_type -> tapes.v1.CreateTopicsResponse
+	12, // 24: tapes.v1.BrokerService.DeleteTopics:output_type -> tapes.v1.DeleteTopicsResponse
+	14, // 25: tapes.v1.BrokerService.Produce:output_type -> tapes.v1.ProduceResponse
+	16, // 26: tapes.v1.BrokerService.Fetch:output_type -> tapes.v1.FetchResponse
+	18, // 27: tapes.v1.BrokerService.ListOffsets:output_type -> tapes.v1.ListOffsetsResponse
+	22, // 28: tapes.v1.BrokerService.InitProducerId:output_type -> tapes.v1.InitProducerIdResponse
+	20, // 29: tapes.v1.BrokerService.DeleteRecords:output_type -> tapes.v1.DeleteRecordsResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -1585,7 +1704,7 @@ func file_tapes_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tapes_v1_broker_proto_rawDesc), len(file_tapes_v1_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

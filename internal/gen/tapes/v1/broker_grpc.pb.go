@@ -35,6 +35,7 @@ const (
 	BrokerService_Fetch_FullMethodName          = "/tapes.v1.BrokerService/Fetch"
 	BrokerService_ListOffsets_FullMethodName    = "/tapes.v1.BrokerService/ListOffsets"
 	BrokerService_InitProducerId_FullMethodName = "/tapes.v1.BrokerService/InitProducerId"
+	BrokerService_DeleteRecords_FullMethodName  = "/tapes.v1.BrokerService/DeleteRecords"
 )
 
 // BrokerServiceClient is the client API for BrokerService service.
@@ -60,6 +61,10 @@ type BrokerServiceClient interface {
 	// InitProducerId hands an idempotent producer a new producer id (epoch 0)
 	// from the controller quorum.
 	InitProducerId(ctx context.Context, in *InitProducerIdRequest, opts ...grpc.CallOption) (*InitProducerIdResponse, error)
+	// DeleteRecords moves a partition's log start offset forward (Kafka's
+	// DeleteRecords): every replica stops serving the records below it and
+	// deletes the segments that lie wholly below it.
+	DeleteRecords(ctx context.Context, in *DeleteRecordsRequest, opts ...grpc.CallOption) (*DeleteRecordsResponse, error)
 }
 
 type brokerServiceClient struct {
@@ -140,6 +145,16 @@ func (c *brokerServiceClient) InitProducerId(ctx context.Context, in *InitProduc
 	return out, nil
 }
 
+func (c *brokerServiceClient) DeleteRecords(ctx context.Context, in *DeleteRecordsRequest, opts ...grpc.CallOption) (*DeleteRecordsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteRecordsResponse)
+	err := c.cc.Invoke(ctx, BrokerService_DeleteRecords_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServiceServer is the server API for BrokerService service.
 // All implementations must embed UnimplementedBrokerServiceServer
 // for forward compatibility.
@@ -163,6 +178,10 @@ type BrokerServiceServer interface {
 	// InitProducerId hands an idempotent producer a new producer id (epoch 0)
 	// from the controller quorum.
 	InitProducerId(context.Context, *InitProducerIdRequest) (*InitProducerIdResponse, error)
+	// DeleteRecords moves a partition's log start offset forward (Kafka's
+	// DeleteRecords): every replica stops serving the records below it and
+	// deletes the segments that lie wholly below it.
+	DeleteRecords(context.Context, *DeleteRecordsRequest) (*DeleteRecordsResponse, error)
 	mustEmbedUnimplementedBrokerServiceServer()
 }
 
@@ -193,6 +212,9 @@ func (UnimplementedBrokerServiceServer) ListOffsets(context.Context, *ListOffset
 }
 func (UnimplementedBrokerServiceServer) InitProducerId(context.Context, *InitProducerIdRequest) (*InitProducerIdResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method InitProducerId not implemented")
+}
+func (UnimplementedBrokerServiceServer) DeleteRecords(context.Context, *DeleteRecordsRequest) (*DeleteRecordsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteRecords not implemented")
 }
 func (UnimplementedBrokerServiceServer) mustEmbedUnimplementedBrokerServiceServer() {}
 func (UnimplementedBrokerServiceServer) testEmbeddedByValue()                       {}
@@ -341,6 +363,24 @@ func _BrokerService_InitProducerId_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BrokerService_DeleteRecords_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteRecordsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServiceServer).DeleteRecords(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BrokerService_DeleteRecords_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServiceServer).DeleteRecords(ctx, req.(*DeleteRecordsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BrokerService_ServiceDesc is the grpc.ServiceDesc for BrokerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -375,6 +415,10 @@ var BrokerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "InitProducerId",
 			Handler:    _BrokerService_InitProducerId_Handler,
+		},
+		{
+			MethodName: "DeleteRecords",
+			Handler:    _BrokerService_DeleteRecords_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
