@@ -1,9 +1,6 @@
 package group
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // Compaction keeps a __consumer_offsets partition from growing forever.
 // Kafka runs its log cleaner over the topic; tapes does the equivalent in
@@ -11,20 +8,22 @@ import (
 // read (records.go: the latest record of each key wins, a group record
 // never replaces one of a newer generation):
 //
-//  1. with every write of the shard held off (shard.writes), read the
-//     partition from its log start to its high watermark and keep, per
-//     key, the record load would end up with;
-//  2. append those records at the end of the partition (acks=all, in
-//     batches), the first at offset X;
+//  1. read the partition from its log start to its high watermark and
+//     keep, per key, the record load would end up with (writes go on);
+//  2. hold off every write of the shard (shard.writes), read what was
+//     committed since 1 into the same fold, and append the kept records
+//     at the end of the partition (acks=all, in batches), the first at
+//     offset X;
 //  3. DeleteRecords(X): every replica moves its log start to X and drops
-//     the segments wholly below it.
+//     the segments wholly below it; then writes resume.
 //
 // Reading the partition from X then rebuilds exactly the state reading it
-// from the old log start did. A coordinator that dies between 2 and 3
-// leaves the copies behind the originals, which changes nothing for a
-// reader; the next compaction removes both. Writes wait for a compaction
-// (one read of the partition and a few appends: milliseconds for the
-// records a few thousand groups hold).
+// from the old log start did: everything below X was folded in 1 and 2,
+// and no write can land between the read of 2 and X. A coordinator that
+// dies between 2 and 3 leaves the copies behind the originals, which
+// changes nothing for a reader; the next compaction removes both. Writes
+// wait only for step 2's short read and the appends (a few milliseconds
+// for the records a few thousand groups hold), not for step 1.
 
 const (
 	// compactBatchRecords and compactBatchBytes bound one batch of
@@ -59,10 +58,9 @@ func (s *shard) maybeCompact() {
 func (s *shard) compact() {
 	ctx, cancel := s.context(compactTimeout)
 	defer cancel()
-	s.writes.Lock()
-	defer s.writes.Unlock()
 	start := time.Now()
-	keep, n, err := s.latestRecords(ctx)
+	var f fold
+	n, end, err := s.scan(ctx, 0, f.add)
 	next := int64(n) + s.c.cfg.CompactAfter
 	defer func() {
 		s.mu.Lock()
@@ -73,14 +71,27 @@ func (s *shard) compact() {
 		s.c.log.Warn("compaction: reading the partition", "partition", s.p, "err", err)
 		return
 	}
+	if n < 2*len(f.keep) {
+		s.mu.Lock()
+		s.records = int64(n)
+		s.mu.Unlock()
+		return // mostly live records: wait for more
+	}
+
+	s.writes.Lock()
+	defer s.writes.Unlock()
+	held := time.Now()
+	tail, _, err := s.scan(ctx, end, f.add)
+	if err != nil {
+		s.c.log.Warn("compaction: reading the partition", "partition", s.p, "err", err)
+		return
+	}
+	n += tail
 	s.mu.Lock()
 	s.records = int64(n)
 	s.mu.Unlock()
-	if n < 2*len(keep) {
-		return // mostly live records: wait for more
-	}
 	first := int64(-1)
-	for batch := range batches(keep) {
+	for batch := range batches(f.keep) {
 		base, err := s.write(ctx, batch)
 		if err != nil {
 			s.c.log.Warn("compaction: rewriting the latest records", "partition", s.p, "err", err)
@@ -98,41 +109,49 @@ func (s *shard) compact() {
 		s.c.log.Warn("compaction: moving the log start", "partition", s.p, "before", first, "err", err)
 		return
 	}
+	kept := int64(len(f.keep))
 	s.mu.Lock()
-	s.records = int64(len(keep))
+	s.records = kept
 	s.mu.Unlock()
-	next = int64(len(keep)) + s.c.cfg.CompactAfter
-	s.c.log.Info("compacted", "partition", s.p, "records", n, "kept", len(keep), "log_start", logStart, "took", time.Since(start).Round(time.Millisecond))
+	next = kept + s.c.cfg.CompactAfter
+	s.c.log.Info("compacted", "partition", s.p, "records", n, "kept", kept, "log_start", logStart,
+		"took", time.Since(start).Round(time.Millisecond), "writes_held", time.Since(held).Round(time.Millisecond))
 }
 
-// latestRecords reads the partition and returns, in the order their keys
-// first appear, the records that decide its state: per key the latest,
-// except that a group record of an older generation does not replace a
-// newer one (as load reads them). n is how many records were read.
-func (s *shard) latestRecords(ctx context.Context) (keep []Record, n int, err error) {
-	type kept struct {
-		at  int // index in keep
-		gen int32
+// fold collects, in the order their keys first appear, the records that
+// decide a partition's state: per key the latest, except that a group
+// record of an older generation does not replace a newer one (as load
+// reads them).
+type fold struct {
+	keep  []Record
+	byKey map[recordKey]folded
+}
+
+type folded struct {
+	at  int // index in keep
+	gen int32
+}
+
+// add folds in the next record of the partition.
+func (f *fold) add(r Record, d decoded) {
+	if f.byKey == nil {
+		f.byKey = map[recordKey]folded{}
 	}
-	byKey := map[recordKey]kept{}
-	n, err = s.scan(ctx, func(r Record, d decoded) {
-		var gen int32
-		if d.group != nil {
-			gen = d.group.GenerationId
-		}
-		k, seen := byKey[d.key]
-		switch {
-		case !seen:
-			byKey[d.key] = kept{at: len(keep), gen: gen}
-			keep = append(keep, r)
-		case d.group != nil && gen < k.gen:
-			// an older generation committed late: load skips it too
-		default:
-			keep[k.at] = r
-			byKey[d.key] = kept{at: k.at, gen: gen}
-		}
-	})
-	return keep, n, err
+	var gen int32
+	if d.group != nil {
+		gen = d.group.GenerationId
+	}
+	k, seen := f.byKey[d.key]
+	switch {
+	case !seen:
+		f.byKey[d.key] = folded{at: len(f.keep), gen: gen}
+		f.keep = append(f.keep, r)
+	case d.group != nil && gen < k.gen:
+		// an older generation committed late: load skips it too
+	default:
+		f.keep[k.at] = r
+		f.byKey[d.key] = folded{at: k.at, gen: gen}
+	}
 }
 
 // batches splits recs into batches of at most compactBatchRecords records

@@ -95,7 +95,7 @@ func (s *shard) load() {
 	defer cancel()
 	groupGen := map[string]int32{}
 	now := s.c.cfg.Now()
-	n, err := s.scan(ctx, func(_ Record, d decoded) {
+	n, _, err := s.scan(ctx, 0, func(_ Record, d decoded) {
 		g := s.groups[d.key.Group]
 		if g == nil {
 			g = newGroup(d.key.Group)
@@ -123,19 +123,16 @@ func (s *shard) load() {
 	s.c.log.Info("coordinator loaded", "partition", s.p, "epoch", s.term, "groups", len(s.groups), "records", n, "took", time.Since(start).Round(time.Millisecond))
 }
 
-// scan reads the partition from its log start up to its high watermark
-// when scan began and calls fn, in order, with every record it can decode
-// (the record as read, and decoded). It returns how many records it read,
-// decodable or not.
-func (s *shard) scan(ctx context.Context, fn func(Record, decoded)) (int, error) {
-	var (
-		offset, hw int64 = 0, -1
-		n          int
-	)
+// scan reads the partition from offset from (its log start, if later) up
+// to its high watermark when scan began and calls fn, in order, with every
+// record it can decode (the record as read, and decoded). It returns how
+// many records it read, decodable or not, and the offset after the last.
+func (s *shard) scan(ctx context.Context, from int64, fn func(Record, decoded)) (n int, end int64, err error) {
+	offset, hw := from, int64(-1)
 	for hw < 0 || offset < hw {
 		recs, next, h, err := s.log.Read(ctx, offset)
 		if err != nil {
-			return n, fmt.Errorf("read %s-%d at %d: %w", OffsetsTopic, s.p, offset, err)
+			return n, offset, fmt.Errorf("read %s-%d at %d: %w", OffsetsTopic, s.p, offset, err)
 		}
 		if hw < 0 {
 			hw = h
@@ -154,7 +151,7 @@ func (s *shard) scan(ctx context.Context, fn func(Record, decoded)) (int, error)
 		}
 		offset = next
 	}
-	return n, nil
+	return n, offset, nil
 }
 
 // group returns the group (creating it Empty when create is set). Caller
