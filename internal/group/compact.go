@@ -53,15 +53,16 @@ func (s *shard) maybeCompact() {
 }
 
 // compact runs one compaction (see above). When fewer than half of the
-// partition's records are superseded it only moves compactAt on, so the
-// partition is read again after CompactAfter more records.
+// partition's records are superseded it only moves compactAt on. Either
+// way the next attempt waits for CompactAfter more records, and for twice
+// as many records as keys (no compaction could run before).
 func (s *shard) compact() {
 	ctx, cancel := s.context(compactTimeout)
 	defer cancel()
 	start := time.Now()
 	var f fold
 	n, end, err := s.scan(ctx, 0, f.add)
-	next := int64(n) + s.c.cfg.CompactAfter
+	next := max(int64(n)+s.c.cfg.CompactAfter, 2*int64(len(f.keep)))
 	defer func() {
 		s.mu.Lock()
 		s.compacting, s.compactAt = false, next
@@ -113,7 +114,7 @@ func (s *shard) compact() {
 	s.mu.Lock()
 	s.records = kept
 	s.mu.Unlock()
-	next = kept + s.c.cfg.CompactAfter
+	next = max(kept+s.c.cfg.CompactAfter, 2*kept)
 	s.c.log.Info("compacted", "partition", s.p, "records", n, "kept", kept, "log_start", logStart,
 		"took", time.Since(start).Round(time.Millisecond), "writes_held", time.Since(held).Round(time.Millisecond))
 }
