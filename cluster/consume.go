@@ -96,15 +96,12 @@ func (c *consumeCommand) Run(ctx context.Context, args []string) error {
 	// Where each partition starts and, with --until-end, stops.
 	setup, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	n, err := cl.Partitions(setup, topic)
+	n, err := partitionCount(setup, cl, topic, partition)
 	if err != nil {
 		return err
 	}
 	parts := make([]int32, 0, n)
 	if partition >= 0 {
-		if partition >= n {
-			return kerr.New(kerr.UnknownTopicOrPartition, "partition %d does not exist: topic %q has %d partitions", partition, topic, n)
-		}
 		parts = append(parts, int32(partition))
 	} else {
 		for p := range n {

@@ -108,13 +108,10 @@ func (c *produceCommand) Run(ctx context.Context, args []string) error {
 	}
 	defer cl.Close()
 	setup, cancel := context.WithTimeout(ctx, t.timeout)
-	n, err := cl.Partitions(setup, topic)
+	n, err := partitionCount(setup, cl, topic, partition)
 	cancel()
 	if err != nil {
 		return err
-	}
-	if partition >= n {
-		return kerr.New(kerr.UnknownTopicOrPartition, "partition %d does not exist: topic %q has %d partitions", partition, topic, n)
 	}
 	p := &lineProducer{
 		cl: cl, topic: topic, partitions: int32(n), partition: int32(partition), key: keyBytes, headers: hdrs,

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-
-	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
 // deleteRecords is `cluster topics delete-records NAME --partition P
@@ -53,13 +51,8 @@ func (c *topicsCommand) deleteRecords(ctx context.Context, args []string) error 
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	// An unknown topic or partition is an answer, not something to retry.
-	n, err := cl.Partitions(ctx, pos[0])
-	if err != nil {
+	if _, err := partitionCount(ctx, cl, pos[0], int(partition)); err != nil {
 		return err
-	}
-	if partition >= int64(n) {
-		return kerr.New(kerr.UnknownTopicOrPartition, "partition %d does not exist: topic %q has %d partitions", partition, pos[0], n)
 	}
 	low, err := cl.DeleteRecords(ctx, pos[0], int32(partition), offset)
 	if err != nil {

@@ -11,7 +11,8 @@ import (
 // DeleteRecords moves the log start of topic's partition to offset (-1:
 // its high watermark) on every replica, asking the partition's leader, and
 // returns the log start afterwards. Retrying is safe: moving the log start
-// to the same offset twice changes nothing more.
+// to the same offset twice changes nothing more (with -1, a retry moves it
+// to the high watermark of the retry).
 func (c *Client) DeleteRecords(ctx context.Context, topic string, partition int32, offset int64) (int64, error) {
 	req := &tapesv1.DeleteRecordsRequest{Topic: topic, Partition: partition, Offset: offset}
 	var resp *tapesv1.DeleteRecordsResponse

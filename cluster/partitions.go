@@ -1,0 +1,22 @@
+package main
+
+import (
+	"context"
+
+	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/kerr"
+)
+
+// partitionCount returns how many partitions topic has; with partition >= 0
+// it also checks that partition exists. An unknown topic or partition is
+// UNKNOWN_TOPIC_OR_PARTITION at once, not something to retry.
+func partitionCount(ctx context.Context, cl *client.Client, topic string, partition int) (int, error) {
+	n, err := cl.Partitions(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	if partition >= n {
+		return 0, kerr.New(kerr.UnknownTopicOrPartition, "partition %d does not exist: topic %q has %d partitions", partition, topic, n)
+	}
+	return n, nil
+}
