@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
@@ -132,19 +132,6 @@ func waitCaughtUp(t *testing.T, e *testcluster.Env, topic string, partitions int
 		hw[p] = e.Partition(topic, p).HighWatermark
 	}
 	e.WaitFor(2*time.Minute, "replicas of "+topic+" to catch up", func() bool {
-		for _, b := range e.Brokers() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			resp, err := e.Client.DescribeReplicas(ctx, b.ID)
-			cancel()
-			if err != nil {
-				return false
-			}
-			for _, r := range resp.Replicas {
-				if r.Topic == topic && r.HighWatermark < hw[r.Partition] {
-					return false
-				}
-			}
-		}
-		return true
+		return e.EveryReplica(topic, -1, 0, func(r *tapesv1.ReplicaStatus) bool { return r.HighWatermark >= hw[r.Partition] })
 	})
 }

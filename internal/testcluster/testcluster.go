@@ -297,7 +297,7 @@ func (e *Env) AssertReplicasIdentical(topic string, p int32, skip int32) {
 
 // EveryReplica reports whether every running broker other than skip (0:
 // none) answers DescribeReplicas and each replica of topic/p it holds
-// satisfies cond.
+// (of every partition of topic when p < 0) satisfies cond.
 func (e *Env) EveryReplica(topic string, p int32, skip int32, cond func(*tapesv1.ReplicaStatus) bool) bool {
 	for _, b := range e.Brokers() {
 		if b.ID == skip || !e.C.Running(b.Name) {
@@ -310,7 +310,7 @@ func (e *Env) EveryReplica(topic string, p int32, skip int32, cond func(*tapesv1
 			return false
 		}
 		for _, r := range resp.Replicas {
-			if r.Topic == topic && r.Partition == p && !cond(r) {
+			if r.Topic == topic && (p < 0 || r.Partition == p) && !cond(r) {
 				return false
 			}
 		}
