@@ -36,6 +36,7 @@ const (
 	NotController                Code = "NOT_CONTROLLER"
 	InvalidRequest               Code = "INVALID_REQUEST"
 	KafkaStorageError            Code = "KAFKA_STORAGE_ERROR"
+	PolicyViolation              Code = "POLICY_VIOLATION"
 	// Consumer groups.
 	CoordinatorNotAvailable Code = "COORDINATOR_NOT_AVAILABLE"
 	NotCoordinator          Code = "NOT_COORDINATOR"
@@ -89,7 +90,7 @@ func (c Code) grpcCode() codes.Code {
 		return codes.OutOfRange
 	case RecordTooLarge, InvalidTopic, InvalidRequiredAcks, InvalidPartitions,
 		InvalidReplicationFactor, InvalidConfig, InvalidRequest, CorruptMessage, MemberIDRequired,
-		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID:
+		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID, PolicyViolation:
 		return codes.InvalidArgument
 	case RequestTimedOut:
 		return codes.DeadlineExceeded

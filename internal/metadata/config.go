@@ -114,6 +114,12 @@ func ValidateTopicName(name string) error {
 	return nil
 }
 
+// CollisionError is the INVALID_TOPIC_EXCEPTION for a name that collides
+// with an existing topic in metric names ('.' and '_' both become '_').
+func CollisionError(name, existing string) error {
+	return kerr.New(kerr.InvalidTopic, "topic %q collides with existing topic %q: '.' and '_' are the same in metric names", name, existing)
+}
+
 // Assign spreads partitions over brokers: partition p's replicas are the rf
 // brokers starting at (start+p) in id order, so preferred leaders (the first
 // replica) rotate over the brokers and every broker holds about the same

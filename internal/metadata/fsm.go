@@ -27,10 +27,19 @@ const (
 // Command is one entry of the controller's Raft log.
 type Command struct {
 	Op Op `json:"op"`
+	// RequestID, when set, makes the command idempotent: applied again
+	// under the same id (the proposing broker retried after losing the
+	// answer), it returns the first result and changes nothing. Brokers set
+	// a fresh id per client request.
+	RequestID string `json:"request_id,omitempty"`
 	// OpRegisterBroker.
 	Broker *Broker `json:"broker,omitempty"`
 	// OpCreateTopic: name, configs and the partitions' replicas (the ID is assigned on apply).
 	Topic *Topic `json:"topic,omitempty"`
+	// OpCreateTopic: the proposing broker's --max-partitions-per-broker,
+	// checked here, in log order, so that two concurrent creates cannot
+	// both pass (State.CheckBudget); 0 checks nothing.
+	MaxPartitionsPerBroker int `json:"max_partitions_per_broker,omitempty"`
 	// OpDeleteTopic, OpUpdatePartition: the topic's name.
 	Name string `json:"name,omitempty"`
 	// OpUpdatePartition: the reporting leader's view.
@@ -58,6 +67,9 @@ type Result struct {
 	ErrorMessage string    `json:"error_message,omitempty"`
 	TopicID      TopicID   `json:"topic_id,omitempty"`
 	ProducerID   int64     `json:"producer_id,omitempty"`
+	// Index is the Raft index the command was applied at: a broker whose
+	// State.Index has reached it holds every change committed before it.
+	Index uint64 `json:"index,omitempty"`
 }
 
 // Err returns the refusal as a *kerr.Error, or nil.
@@ -111,12 +123,42 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return &Result{ErrorCode: kerr.CorruptMessage, ErrorMessage: fmt.Sprintf("controller command at index %d: %v", l.Index, err)}
 	}
 	f.mu.Lock()
-	res, changed := f.apply(&cmd)
+	s := f.state
+	var res *Result
+	changed := false
+	if prev, seen := s.Requests[cmd.RequestID]; cmd.RequestID != "" && seen {
+		res = &prev
+	} else {
+		res, changed = f.apply(&cmd)
+		res.Index = l.Index
+		if cmd.RequestID != "" {
+			s.remember(cmd.RequestID, *res)
+		}
+	}
+	s.Index = l.Index
 	f.mu.Unlock()
 	if changed && f.OnChange != nil {
 		f.OnChange()
 	}
 	return res
+}
+
+// remember records a request's result, forgetting the oldest beyond
+// MaxRememberedRequests.
+func (s *State) remember(id string, r Result) {
+	s.Requests[id] = r
+	s.RequestOrder = append(s.RequestOrder, id)
+	for len(s.RequestOrder) > MaxRememberedRequests {
+		delete(s.Requests, s.RequestOrder[0])
+		s.RequestOrder = s.RequestOrder[1:]
+	}
+}
+
+// Index returns the Raft index of the last command applied.
+func (f *FSM) Index() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.Index
 }
 
 // apply mutates the state; the caller holds mu. It is deterministic: every
@@ -144,6 +186,9 @@ func (f *FSM) apply(cmd *Command) (*Result, bool) {
 		if _, exists := s.Topics[t.Name]; exists {
 			return refuse(kerr.New(kerr.TopicAlreadyExists, "topic %q already exists", t.Name)), false
 		}
+		if other := s.CollidingTopic(t.Name); other != "" {
+			return refuse(CollisionError(t.Name, other)), false
+		}
 		if _, err := ParseTopicConfig(t.Configs); err != nil {
 			return refuse(err), false
 		}
@@ -161,6 +206,13 @@ func (f *FSM) apply(cmd *Command) (*Result, bool) {
 				}
 			}
 			nt.Partitions[i] = PartitionState{Replicas: slices.Clone(p.Replicas), Leader: -1}
+		}
+		assignment := make([][]BrokerID, len(t.Partitions))
+		for i, p := range t.Partitions {
+			assignment[i] = p.Replicas
+		}
+		if err := s.CheckBudget(t.Name, assignment, cmd.MaxPartitionsPerBroker); err != nil {
+			return refuse(err), false
 		}
 		s.NextTopicID++
 		s.Topics[t.Name] = nt
@@ -223,6 +275,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	if s.Topics == nil {
 		s.Topics = map[string]*Topic{}
+	}
+	if s.Requests == nil {
+		s.Requests = map[string]Result{}
 	}
 	f.mu.Lock()
 	f.state = s

@@ -2,8 +2,10 @@ package metadata
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -122,3 +124,110 @@ type memSink struct{ bytes.Buffer }
 func (m *memSink) ID() string    { return "mem" }
 func (m *memSink) Cancel() error { return nil }
 func (m *memSink) Close() error  { return nil }
+
+// threeBrokers returns an FSM with brokers 1..3 registered.
+func threeBrokers(t *testing.T) *FSM {
+	f := NewFSM()
+	for id := BrokerID(1); id <= 3; id++ {
+		apply(t, f, &Command{Op: OpRegisterBroker, Broker: &Broker{ID: id, Address: "127.0.0.1:1"}})
+	}
+	return f
+}
+
+func topicOf(t *testing.T, f *FSM, name string, partitions, rf int) *Topic {
+	parts, err := Assign(f.Clone().BrokerIDs(), partitions, rf, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := &Topic{Name: name}
+	for _, r := range parts {
+		topic.Partitions = append(topic.Partitions, PartitionState{Replicas: r})
+	}
+	return topic
+}
+
+// TestPartitionBudget: a create that would take the cluster or one broker
+// over the budget is POLICY_VIOLATION naming the limit and the count, and
+// creates nothing; the check runs in log order, so of two creates proposed
+// against the same state only the first fits.
+func TestPartitionBudget(t *testing.T) {
+	f := threeBrokers(t)
+	// 10 per broker: the cluster's limit is 30 replicas.
+	if r := apply(t, f, &Command{Op: OpCreateTopic, Topic: topicOf(t, f, "a", 6, 3), MaxPartitionsPerBroker: 10}); r.Err() != nil {
+		t.Fatal(r.Err())
+	}
+	// 18 held; 4x3 = 12 more would make 30: fits exactly. Two such creates
+	// both passed a check against the same state; the second is refused.
+	first := apply(t, f, &Command{Op: OpCreateTopic, Topic: topicOf(t, f, "b", 4, 3), MaxPartitionsPerBroker: 10})
+	second := apply(t, f, &Command{Op: OpCreateTopic, Topic: topicOf(t, f, "c", 4, 3), MaxPartitionsPerBroker: 10})
+	if first.Err() != nil {
+		t.Fatalf("create within the budget: %v", first.Err())
+	}
+	err := second.Err()
+	if !kerr.Is(err, kerr.PolicyViolation) || !strings.Contains(err.Error(), "holds 30 of its limit of 30") {
+		t.Fatalf("create over the cluster budget: %v, want POLICY_VIOLATION naming 30 of 30", err)
+	}
+	if _, ok := f.Clone().Topics["c"]; ok {
+		t.Fatal("refused topic was created")
+	}
+	// Per broker: 3 brokers x 10, but RF 1 topics all on broker 1.
+	g := threeBrokers(t)
+	one := func(name string, n int) *Topic {
+		tp := &Topic{Name: name}
+		for range n {
+			tp.Partitions = append(tp.Partitions, PartitionState{Replicas: []BrokerID{1}})
+		}
+		return tp
+	}
+	apply(t, g, &Command{Op: OpCreateTopic, Topic: one("x", 8), MaxPartitionsPerBroker: 10})
+	err = apply(t, g, &Command{Op: OpCreateTopic, Topic: one("y", 3), MaxPartitionsPerBroker: 10}).Err()
+	if !kerr.Is(err, kerr.PolicyViolation) || !strings.Contains(err.Error(), "broker 1, which holds 8 of its limit of 10") {
+		t.Fatalf("create over broker 1's budget: %v", err)
+	}
+}
+
+// TestRetriedCommandAppliesOnce: a delete (or create) proposed again under
+// the same request id, as a broker does after losing the first answer,
+// answers what the first did instead of UNKNOWN_TOPIC_OR_PARTITION.
+func TestRetriedCommandAppliesOnce(t *testing.T) {
+	f := threeBrokers(t)
+	create := &Command{Op: OpCreateTopic, RequestID: "c1", Topic: topicOf(t, f, "t", 3, 3)}
+	r1 := apply(t, f, create)
+	if r2 := apply(t, f, create); r1.Err() != nil || r2.Err() != nil || r2.TopicID != r1.TopicID {
+		t.Fatalf("create, retried: %+v then %+v", r1, r2)
+	}
+	del := &Command{Op: OpDeleteTopic, RequestID: "d1", Name: "t"}
+	if r := apply(t, f, del); r.Err() != nil {
+		t.Fatal(r.Err())
+	}
+	if r := apply(t, f, del); r.Err() != nil {
+		t.Fatalf("retried delete: %v, want the first answer (success)", r.Err())
+	}
+	// A different request deleting the gone topic is told so.
+	if r := apply(t, f, &Command{Op: OpDeleteTopic, RequestID: "d2", Name: "t"}); !kerr.Is(r.Err(), kerr.UnknownTopicOrPartition) {
+		t.Fatalf("second delete: %v", r.Err())
+	}
+	// The memory is bounded.
+	for i := range MaxRememberedRequests + 10 {
+		apply(t, f, &Command{Op: OpAllocProducerID, RequestID: fmt.Sprint("p", i)})
+	}
+	if s := f.Clone(); len(s.Requests) != MaxRememberedRequests || len(s.RequestOrder) != MaxRememberedRequests {
+		t.Fatalf("remembered %d requests (%d in order), want %d", len(s.Requests), len(s.RequestOrder), MaxRememberedRequests)
+	}
+}
+
+// TestMetricNameCollision: a.b and a_b collide in metric names; the second
+// is INVALID_TOPIC_EXCEPTION naming the first.
+func TestMetricNameCollision(t *testing.T) {
+	f := threeBrokers(t)
+	if r := apply(t, f, &Command{Op: OpCreateTopic, Topic: topicOf(t, f, "a.b", 1, 1)}); r.Err() != nil {
+		t.Fatal(r.Err())
+	}
+	err := apply(t, f, &Command{Op: OpCreateTopic, Topic: topicOf(t, f, "a_b", 1, 1)}).Err()
+	if !kerr.Is(err, kerr.InvalidTopic) || !strings.Contains(err.Error(), `"a.b"`) {
+		t.Fatalf("create a_b beside a.b: %v", err)
+	}
+	if r := apply(t, f, &Command{Op: OpCreateTopic, Topic: topicOf(t, f, "a-b", 1, 1)}); r.Err() != nil {
+		t.Fatalf("a-b does not collide: %v", r.Err())
+	}
+}

@@ -3,6 +3,9 @@ package metadata
 import (
 	"slices"
 	"sort"
+	"strings"
+
+	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
 // BrokerID identifies a broker; ids are positive.
@@ -57,16 +60,36 @@ type State struct {
 	NextTopicID TopicID             `json:"next_topic_id"`
 	// NextProducerID is the next id InitProducerId hands out.
 	NextProducerID int64 `json:"next_producer_id"`
+	// Index is the Raft index of the last command applied (set by the FSM,
+	// kept in snapshots), so a broker can tell whether its copy includes a
+	// given command (see Result.Index).
+	Index uint64 `json:"index"`
+	// Requests holds the results of the last MaxRememberedRequests commands
+	// that carried a RequestID, by id; RequestOrder lists those ids oldest
+	// first. Invariant: the keys of Requests are exactly RequestOrder. A
+	// command applied again under the same id (a proposal retried after an
+	// answer was lost) gets the remembered result and changes nothing.
+	Requests     map[string]Result `json:"requests,omitempty"`
+	RequestOrder []string          `json:"request_order,omitempty"`
 }
 
+// MaxRememberedRequests bounds State.Requests. A broker retries a proposal
+// for at most its request's deadline (seconds), during which far fewer
+// commands than this commit.
+const MaxRememberedRequests = 1024
+
 func newState() *State {
-	return &State{Brokers: map[BrokerID]Broker{}, Topics: map[string]*Topic{}, NextTopicID: 1, NextProducerID: 1000}
+	return &State{Brokers: map[BrokerID]Broker{}, Topics: map[string]*Topic{}, NextTopicID: 1, NextProducerID: 1000, Requests: map[string]Result{}}
 }
 
 // clone returns a deep copy.
 func (s *State) clone() *State {
 	c := &State{Brokers: make(map[BrokerID]Broker, len(s.Brokers)), Topics: make(map[string]*Topic, len(s.Topics)),
-		NextTopicID: s.NextTopicID, NextProducerID: s.NextProducerID}
+		NextTopicID: s.NextTopicID, NextProducerID: s.NextProducerID, Index: s.Index,
+		Requests: make(map[string]Result, len(s.Requests)), RequestOrder: slices.Clone(s.RequestOrder)}
+	for id, r := range s.Requests {
+		c.Requests[id] = r
+	}
 	for id, b := range s.Brokers {
 		c.Brokers[id] = b
 	}
@@ -102,3 +125,71 @@ func (s *State) TopicNames() []string {
 	sort.Strings(names)
 	return names
 }
+
+// ReplicaCounts returns how many partition replicas each broker holds,
+// internal topics included, and the total.
+func (s *State) ReplicaCounts() (map[BrokerID]int, int) {
+	per := map[BrokerID]int{}
+	total := 0
+	for _, t := range s.Topics {
+		for _, p := range t.Partitions {
+			for _, r := range p.Replicas {
+				per[r]++
+				total++
+			}
+		}
+	}
+	return per, total
+}
+
+// CheckBudget refuses, with POLICY_VIOLATION naming the limit and the
+// current count, a new topic whose replicas (assignment) would take the
+// cluster over maxPerBroker times its registered brokers, or any broker over
+// maxPerBroker. maxPerBroker <= 0 checks nothing (commands written before
+// the budget existed).
+func (s *State) CheckBudget(name string, assignment [][]BrokerID, maxPerBroker int) error {
+	if maxPerBroker <= 0 {
+		return nil
+	}
+	per, total := s.ReplicaCounts()
+	adding := 0
+	add := map[BrokerID]int{}
+	for _, rs := range assignment {
+		adding += len(rs)
+		for _, r := range rs {
+			add[r]++
+		}
+	}
+	limit := maxPerBroker * len(s.Brokers)
+	if total+adding > limit {
+		return kerr.New(kerr.PolicyViolation, "topic %q needs %d partition replicas; the cluster holds %d of its limit of %d (%d brokers x --max-partitions-per-broker %d)",
+			name, adding, total, limit, len(s.Brokers), maxPerBroker)
+	}
+	ids := make([]BrokerID, 0, len(add))
+	for id := range add {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if per[id]+add[id] > maxPerBroker {
+			return kerr.New(kerr.PolicyViolation, "topic %q would put %d partition replicas on broker %d, which holds %d of its limit of %d (--max-partitions-per-broker)",
+				name, add[id], id, per[id], maxPerBroker)
+		}
+	}
+	return nil
+}
+
+// CollidingTopic returns an existing topic whose name differs from name
+// only by '.' versus '_' (both become '_' in metric names, so Kafka refuses
+// the second), or "".
+func (s *State) CollidingTopic(name string) string {
+	key := metricName(name)
+	for n := range s.Topics {
+		if n != name && metricName(n) == key {
+			return n
+		}
+	}
+	return ""
+}
+
+func metricName(topic string) string { return strings.ReplaceAll(topic, ".", "_") }
