@@ -66,6 +66,7 @@ func run(args []string) error {
 	fs.DurationVar(&def.PreferredLeaderDelay, "preferred-leader-delay", def.PreferredLeaderDelay, "a leader that is not a partition's preferred replica hands leadership back to it after this long, once it is caught up (0 disables; Kafka's auto.leader.rebalance)")
 	fs.DurationVar(&def.HeartbeatInterval, "broker-heartbeat-interval", def.HeartbeatInterval, "how often this broker tells its peers it is alive")
 	fs.DurationVar(&def.SessionTimeout, "broker-session-timeout", def.SessionTimeout, "a broker not heard from for this long is shown as dead in Metadata")
+	fs.IntVar(&def.MaxPartitionsPerBroker, "max-partitions-per-broker", def.MaxPartitionsPerBroker, "partition replicas (internal topics included) one broker may host; the cluster's limit is this times its brokers; a CreateTopics over either is refused with POLICY_VIOLATION")
 	fs.Func("offsets-topic-partitions", fmt.Sprintf("partitions of __consumer_offsets, created when the first group looks for its coordinator (default %d)", def.Groups.OffsetsTopicPartitions), func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n <= 0 {

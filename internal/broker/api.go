@@ -85,7 +85,12 @@ func (a *api) fillOffsets(ctx context.Context, resp *tapesv1.MetadataResponse) {
 		p     int32
 	}
 	index := map[key]*tapesv1.PartitionMetadata{}
+	// Only the topics asked for: the answer must not grow with the others.
+	want := &tapesv1.DescribeReplicasRequest{}
 	for _, t := range resp.Topics {
+		if t.Error == nil {
+			want.Topics = append(want.Topics, t.Name)
+		}
 		for _, p := range t.Partitions {
 			index[key{t.Name, p.Partition}] = p
 		}
@@ -100,13 +105,13 @@ func (a *api) fillOffsets(ctx context.Context, resp *tapesv1.MetadataResponse) {
 			defer wg.Done()
 			var out *tapesv1.DescribeReplicasResponse
 			if id == a.b.cfg.ID {
-				out, _ = (&controllerAPI{b: a.b}).DescribeReplicas(ctx, &tapesv1.DescribeReplicasRequest{})
+				out, _ = (&controllerAPI{b: a.b}).DescribeReplicas(ctx, want)
 			} else {
 				conn, err := a.b.peerConn(id)
 				if err != nil {
 					return
 				}
-				out, err = tapesv1.NewControllerServiceClient(conn).DescribeReplicas(ctx, &tapesv1.DescribeReplicasRequest{})
+				out, err = tapesv1.NewControllerServiceClient(conn).DescribeReplicas(ctx, want)
 				if err != nil {
 					return
 				}
@@ -173,43 +178,81 @@ func (a *api) CreateTopics(ctx context.Context, req *tapesv1.CreateTopicsRequest
 	return resp, nil
 }
 
+// createTopic checks spec against this broker's view (name, configs,
+// collisions, live brokers, the partition budget) and proposes it; the
+// controller's state machine checks name, collisions and budget again in
+// log order, so concurrent creates cannot both pass. Replicas go only to
+// live, registered brokers. Too few of them is INVALID_REPLICATION_FACTOR
+// naming the live count, unless enough brokers are still starting (not
+// registered yet, or not heard from since this broker started): that is the
+// retriable BROKER_NOT_AVAILABLE, so a script that creates a topic right
+// after `cluster up` retries instead of failing.
 func (a *api) createTopic(ctx context.Context, spec *tapesv1.TopicSpec, validateOnly bool) error {
+	b := a.b
 	if err := metadata.ValidateTopicName(spec.Name); err != nil {
 		return err
 	}
 	if _, err := metadata.ParseTopicConfig(spec.Configs); err != nil {
 		return err
 	}
-	var brokers []metadata.BrokerID
-	exists := false
-	a.b.meta.View(func(s *metadata.State) {
-		brokers = s.BrokerIDs()
-		_, exists = s.Topics[spec.Name]
-	})
-	if exists {
-		return kerr.New(kerr.TopicAlreadyExists, "topic %q already exists", spec.Name)
-	}
+	var (
+		avail, starting []metadata.BrokerID
+		exists          bool
+		colliding       string
+		budgetErr       error
+		assignment      [][]metadata.BrokerID
+		assignErr       error
+	)
 	h := fnv.New32a()
 	h.Write([]byte(spec.Name))
-	assignment, err := metadata.Assign(brokers, int(spec.Partitions), int(spec.ReplicationFactor), int(h.Sum32()%1024))
-	if err != nil {
-		return err
-	}
-	if validateOnly {
+	b.meta.View(func(s *metadata.State) {
+		_, exists = s.Topics[spec.Name]
+		colliding = s.CollidingTopic(spec.Name)
+		for _, id := range b.cfg.sortedPeers() {
+			_, registered := s.Brokers[id]
+			switch l := b.peerLiveness(id); {
+			case registered && l == live:
+				avail = append(avail, id)
+			case !registered || l == unknown:
+				starting = append(starting, id)
+			}
+		}
+		if spec.Partitions > 0 && spec.ReplicationFactor > 0 && int(spec.ReplicationFactor) > len(avail) &&
+			int(spec.ReplicationFactor) <= len(avail)+len(starting) {
+			return
+		}
+		assignment, assignErr = metadata.Assign(avail, int(spec.Partitions), int(spec.ReplicationFactor), int(h.Sum32()%1024))
+		if assignErr == nil {
+			budgetErr = s.CheckBudget(spec.Name, assignment, b.cfg.MaxPartitionsPerBroker)
+		}
+	})
+	switch {
+	case exists:
+		return kerr.New(kerr.TopicAlreadyExists, "topic %q already exists", spec.Name)
+	case colliding != "":
+		return metadata.CollisionError(spec.Name, colliding)
+	case assignment == nil && assignErr == nil:
+		return kerr.New(kerr.BrokerNotAvailable, "replication factor %d needs %d brokers: %d available, %d still starting (%s)",
+			spec.ReplicationFactor, spec.ReplicationFactor, len(avail), len(starting), metadata.JoinIDs(starting))
+	case assignErr != nil:
+		return assignErr
+	case budgetErr != nil:
+		return budgetErr
+	case validateOnly:
 		return nil
 	}
 	t := &metadata.Topic{Name: spec.Name, Configs: spec.Configs}
 	for _, r := range assignment {
 		t.Partitions = append(t.Partitions, metadata.PartitionState{Replicas: r})
 	}
-	res, err := a.b.propose(ctx, &metadata.Command{Op: metadata.OpCreateTopic, Topic: t})
+	res, err := b.propose(ctx, &metadata.Command{Op: metadata.OpCreateTopic, Topic: t, MaxPartitionsPerBroker: b.cfg.MaxPartitionsPerBroker})
 	if err != nil {
 		return err
 	}
 	if err := res.Err(); err != nil {
 		return err
 	}
-	a.b.waitMeta(ctx, func(s *metadata.State) bool { return s.Topics[spec.Name] != nil })
+	b.waitMeta(ctx, func(s *metadata.State) bool { return s.Topics[spec.Name] != nil })
 	return nil
 }
 

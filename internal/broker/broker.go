@@ -8,17 +8,21 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/group"
+	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/raftnet"
 	"github.com/tapes-dev/tapes/internal/replication"
@@ -56,6 +60,23 @@ type Broker struct {
 	conns map[metadata.BrokerID]*grpc.ClientConn
 	// lastSeen: when each broker last sent a heartbeat to this one.
 	lastSeen map[metadata.BrokerID]time.Time
+	// refused: when this broker's last heartbeat to a peer failed with
+	// Unavailable (connection refused or closed: the process is gone);
+	// deleted when one succeeds. See peerLiveness.
+	refused map[metadata.BrokerID]time.Time
+
+	// startedAt is when New ran: peers not heard from yet count as
+	// "unknown", not dead, for one session timeout after it.
+	startedAt time.Time
+	// registeredAt is the controller log index of this run's registration
+	// (0 until it committed); ready latches once the local metadata has
+	// applied it, i.e. holds everything committed before this broker
+	// registered. Until then client requests get BROKER_NOT_AVAILABLE and no
+	// replica is opened (see notReady).
+	registeredAt atomic.Uint64
+	ready        atomic.Bool
+	// requestSeq numbers this run's controller proposals (newRequestID).
+	requestSeq atomic.Uint64
 
 	reports *reporter
 	metrics *metrics
@@ -81,6 +102,8 @@ func New(cfg Config) (*Broker, error) {
 		byRaft:      map[*raft.Raft]*replication.Replica{},
 		conns:       map[metadata.BrokerID]*grpc.ClientConn{},
 		lastSeen:    map[metadata.BrokerID]time.Time{},
+		refused:     map[metadata.BrokerID]time.Time{},
+		startedAt:   time.Now(),
 		obsCh:       make(chan raft.Observation, 1024),
 		stop:        make(chan struct{}),
 	}
@@ -113,7 +136,7 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("raft transport: %w", err)
 	}
 	b.mux = mux
-	b.grpc = grpc.NewServer(raftnet.ServerOptions()...)
+	b.grpc = grpc.NewServer(append(raftnet.ServerOptions(), grpc.ChainUnaryInterceptor(b.gateClientCalls))...)
 	mux.Register(b.grpc)
 	tapesv1.RegisterBrokerServiceServer(b.grpc, &api{b: b})
 	tapesv1.RegisterControllerServiceServer(b.grpc, &controllerAPI{b: b})
@@ -267,6 +290,38 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// gateClientCalls answers BrokerService and GroupService calls with the
+// retriable BROKER_NOT_AVAILABLE while this broker is starting (notReady);
+// Raft and ControllerService calls always pass. gRPC calls it on the
+// request's goroutine.
+func (b *Broker) gateClientCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if strings.HasPrefix(info.FullMethod, "/tapes.v1.BrokerService/") || strings.HasPrefix(info.FullMethod, "/tapes.v1.GroupService/") {
+		if why := b.notReady(); why != "" {
+			return nil, kerr.ToStatus(kerr.New(kerr.BrokerNotAvailable, "%s; retry, or ask another broker", why))
+		}
+	}
+	return handler(ctx, req)
+}
+
+// notReady says why this broker does not serve clients yet ("" once it
+// does; then it stays ready): it has not registered with the controller in
+// this run, or its copy of the metadata has not applied that registration
+// (Kafka's broker likewise serves only once registered and caught up).
+func (b *Broker) notReady() string {
+	if b.ready.Load() {
+		return ""
+	}
+	idx := b.registeredAt.Load()
+	if idx == 0 {
+		return fmt.Sprintf("broker %d is starting: it has not registered with the controller quorum yet", b.cfg.ID)
+	}
+	if have := b.meta.Index(); have < idx {
+		return fmt.Sprintf("broker %d is starting: its metadata (controller log index %d) has not caught up with its registration (index %d)", b.cfg.ID, have, idx)
+	}
+	b.ready.Store(true)
+	return ""
+}
+
 // observe dispatches Raft observations (all groups share one non-blocking
 // observer) to the replica whose Raft produced them.
 func (b *Broker) observe() {
@@ -297,7 +352,12 @@ func (b *Broker) peerConn(id metadata.BrokerID) (*grpc.ClientConn, error) {
 	if !ok {
 		return nil, fmt.Errorf("broker %d is not a known peer", id)
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Reconnect within a second of a peer's restart (gRPC's default backoff
+	// grows to two minutes): heartbeats decide liveness (peerLiveness).
+	bo := backoff.DefaultConfig
+	bo.MaxDelay = time.Second
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: time.Second}))
 	if err != nil {
 		return nil, fmt.Errorf("dial broker %d at %s: %w", id, addr, err)
 	}

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
@@ -44,7 +47,16 @@ func (b *Broker) metadataStale() string {
 // propose applies a controller command: locally when this broker leads the
 // controller quorum, otherwise forwarded to the leader. It retries while
 // the quorum has no leader or the leader moves, until ctx ends.
+//
+// Every proposal carries a fresh request id, so that a retry of a command
+// whose first attempt committed but whose answer was lost (a forward that
+// timed out, leadership lost mid-apply) gets the first result instead of
+// being applied twice: a retried delete answers success, not
+// UNKNOWN_TOPIC_OR_PARTITION.
 func (b *Broker) propose(ctx context.Context, cmd *metadata.Command) (*metadata.Result, error) {
+	if cmd.RequestID == "" {
+		cmd.RequestID = b.newRequestID()
+	}
 	data := cmd.Encode()
 	backoff := 50 * time.Millisecond
 	for {
@@ -66,6 +78,12 @@ func (b *Broker) propose(ctx context.Context, cmd *metadata.Command) (*metadata.
 			backoff *= 2
 		}
 	}
+}
+
+// newRequestID returns an id no other proposal of this cluster uses: the
+// broker id, the time this process started and a counter.
+func (b *Broker) newRequestID() string {
+	return fmt.Sprintf("%d-%d-%d", b.cfg.ID, b.startedAt.UnixNano(), b.requestSeq.Add(1))
 }
 
 func retriableProposeErr(err error) bool {
@@ -178,22 +196,29 @@ func (c *controllerAPI) DescribeReplicas(ctx context.Context, req *tapesv1.Descr
 }
 
 // registerLoop registers this broker's advertised address with the
-// controller (retrying until it succeeds), then re-registers whenever the
-// metadata lacks it (e.g. after a restore).
+// controller once per run (retrying until it commits: its log index is what
+// notReady waits for), then re-registers whenever the metadata lacks it
+// (e.g. after a restore).
 func (b *Broker) registerLoop() {
 	defer b.wg.Done()
 	for {
 		var have metadata.Broker
 		b.meta.View(func(s *metadata.State) { have = s.Brokers[b.cfg.ID] })
-		if have.Address != b.cfg.Advertise {
+		if b.registeredAt.Load() == 0 || have.Address != b.cfg.Advertise {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := b.propose(ctx, &metadata.Command{Op: metadata.OpRegisterBroker, Broker: &metadata.Broker{ID: b.cfg.ID, Address: b.cfg.Advertise}})
-			cancel()
+			res, err := b.propose(ctx, &metadata.Command{Op: metadata.OpRegisterBroker, Broker: &metadata.Broker{ID: b.cfg.ID, Address: b.cfg.Advertise}})
+			if err == nil {
+				err = res.Err()
+			}
 			if err != nil {
 				b.log.Debug("registration pending", "err", err)
 			} else {
-				b.log.Info("registered with the controller", "advertise", b.cfg.Advertise)
+				b.registeredAt.CompareAndSwap(0, res.Index)
+				b.waitMeta(ctx, func(s *metadata.State) bool { return s.Index >= res.Index })
+				b.log.Info("registered with the controller", "advertise", b.cfg.Advertise, "index", res.Index)
+				b.nudgeReconcile()
 			}
+			cancel()
 		}
 		if !b.sleep(time.Second) {
 			return
@@ -201,9 +226,28 @@ func (b *Broker) registerLoop() {
 	}
 }
 
+// nudgeReconcile makes reconcileLoop run soon; it never blocks.
+func (b *Broker) nudgeReconcile() {
+	select {
+	case b.metaChanged <- struct{}{}:
+	default:
+	}
+}
+
 // heartbeatLoop tells every peer (and itself) that this broker is alive.
+// Each send runs in its own goroutine, counted in b.wg and cancelled on
+// shutdown, so Shutdown waits for them.
 func (b *Broker) heartbeatLoop() {
 	defer b.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-b.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for {
 		for _, id := range b.cfg.sortedPeers() {
 			if id == b.cfg.ID {
@@ -216,10 +260,10 @@ func (b *Broker) heartbeatLoop() {
 			if err != nil {
 				continue
 			}
+			b.wg.Add(1) // the loop's own count is held: Add cannot race Wait
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), b.cfg.HeartbeatInterval)
-				defer cancel()
-				_, _ = tapesv1.NewControllerServiceClient(conn).BrokerHeartbeat(ctx, &tapesv1.BrokerHeartbeatRequest{BrokerId: int32(b.cfg.ID), Address: b.cfg.Advertise})
+				defer b.wg.Done()
+				b.sendHeartbeat(ctx, id, conn)
 			}()
 		}
 		if !b.sleep(b.cfg.HeartbeatInterval) {
@@ -228,12 +272,53 @@ func (b *Broker) heartbeatLoop() {
 	}
 }
 
-// alive reports whether broker id was heard from within the session timeout.
-func (b *Broker) alive(id metadata.BrokerID) bool {
+// sendHeartbeat sends one heartbeat to peer id and records a refusal (see
+// peerLiveness); it returns within one heartbeat interval or when ctx ends.
+func (b *Broker) sendHeartbeat(ctx context.Context, id metadata.BrokerID, conn *grpc.ClientConn) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.HeartbeatInterval)
+	defer cancel()
+	_, err := tapesv1.NewControllerServiceClient(conn).BrokerHeartbeat(ctx, &tapesv1.BrokerHeartbeatRequest{BrokerId: int32(b.cfg.ID), Address: b.cfg.Advertise})
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return time.Since(b.lastSeen[id]) < b.cfg.SessionTimeout
+	switch {
+	case err == nil:
+		delete(b.refused, id)
+	case status.Code(err) == codes.Unavailable:
+		b.refused[id] = time.Now()
+	}
 }
+
+// liveness is what this broker knows of a peer.
+type liveness int
+
+const (
+	live    liveness = iota
+	unknown          // not heard from yet, and this broker started less than a session timeout ago
+	dead
+)
+
+// peerLiveness judges a peer from this broker's heartbeats: live when it
+// was heard from within the session timeout and this broker's own
+// heartbeat to it has not been refused since (a SIGKILLed broker's port
+// refuses at once, long before its session times out); unknown right after
+// this broker's start; dead otherwise.
+func (b *Broker) peerLiveness(id metadata.BrokerID) liveness {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	seen, refused := b.lastSeen[id], b.refused[id]
+	switch {
+	case id == b.cfg.ID:
+		return live
+	case !seen.IsZero() && time.Since(seen) < b.cfg.SessionTimeout && !refused.After(seen):
+		return live
+	case seen.IsZero() && refused.IsZero() && time.Since(b.startedAt) < b.cfg.SessionTimeout:
+		return unknown
+	}
+	return dead
+}
+
+// alive reports whether broker id is live (peerLiveness).
+func (b *Broker) alive(id metadata.BrokerID) bool { return b.peerLiveness(id) == live }
 
 // waitMeta waits (up to 3 s, or ctx) until this broker's copy of the
 // metadata satisfies cond: a change committed through another broker is

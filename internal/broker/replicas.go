@@ -2,7 +2,10 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -41,7 +44,16 @@ func (b *Broker) reconcileLoop() {
 	}
 }
 
+// reconcile runs on reconcileLoop's goroutine only (the one place replicas
+// are opened), so a partition directory that is neither wanted nor open is
+// garbage. Until the broker is ready (its metadata has caught up with its
+// registration, notReady) it does nothing: during the replay of the
+// controller log a topic created and later deleted is briefly present, and
+// opening its replicas would bring a deleted topic back.
 func (b *Broker) reconcile() {
+	if b.notReady() != "" {
+		return
+	}
 	want := map[string]wantReplica{}
 	b.meta.View(func(s *metadata.State) {
 		for _, t := range s.Topics {
@@ -78,8 +90,55 @@ func (b *Broker) reconcile() {
 	}
 	sort.Strings(open)
 	for _, name := range open {
+		// Opening hundreds of replicas takes seconds: one whose topic was
+		// deleted meanwhile is not opened (the next round deletes the rest).
+		if w := want[name]; !b.topicExists(w.topic, w.id) {
+			continue
+		}
 		if err := b.openReplica(name, want[name]); err != nil {
 			b.log.Error("open replica", "group", name, "err", err)
+		}
+	}
+	b.removeStaleDirs(want)
+}
+
+// topicExists reports whether this incarnation of topic is in the metadata.
+func (b *Broker) topicExists(topic string, id metadata.TopicID) bool {
+	ok := false
+	b.meta.View(func(s *metadata.State) {
+		t := s.Topics[topic]
+		ok = t != nil && t.ID == id
+	})
+	return ok
+}
+
+// removeStaleDirs removes partition directories (named by GroupName) that
+// the metadata does not assign to this broker and no open replica uses:
+// replicas of topics deleted while this broker was down, or left by a crash
+// in the middle of a delete. Called from reconcile only.
+func (b *Broker) removeStaleDirs(want map[string]wantReplica) {
+	root := filepath.Join(b.cfg.DataDir, "partitions")
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			b.log.Warn("list partition directories", "dir", root, "err", err)
+		}
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if _, ok := want[name]; ok {
+			continue
+		}
+		b.mu.Lock()
+		_, open := b.replicas[name]
+		b.mu.Unlock()
+		if open {
+			continue
+		}
+		b.log.Info("removing the directory of a partition this broker no longer hosts", "dir", name)
+		if err := os.RemoveAll(filepath.Join(root, name)); err != nil {
+			b.log.Warn("remove partition directory", "dir", name, "err", err)
 		}
 	}
 }
@@ -96,7 +155,7 @@ func (b *Broker) openReplica(name string, w wantReplica) error {
 	}
 	r, err := replication.Open(replication.Config{
 		Topic: w.topic, TopicID: w.id, Partition: w.partition,
-		Dir:                    filepath.Join(b.cfg.DataDir, "partitions", fmt.Sprintf("%s-%d@%d", w.topic, w.partition, w.id)),
+		Dir:                    filepath.Join(b.cfg.DataDir, "partitions", name), // name is GroupName: removeStaleDirs relies on it
 		LocalID:                b.cfg.ID,
 		Replicas:               w.replicas,
 		TopicConfig:            w.config,

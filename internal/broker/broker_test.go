@@ -1,0 +1,107 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/replication"
+)
+
+func validConfig(t *testing.T) Config {
+	c := DefaultConfig()
+	c.ID = 1
+	c.DataDir = t.TempDir()
+	c.Advertise = "127.0.0.1:1"
+	c.Peers = map[metadata.BrokerID]string{1: "127.0.0.1:1"}
+	return c
+}
+
+// TestValidateConfigKeepsTheCause: a bad Raft timing is both ErrTiming and
+// replication.ErrBadTiming to errors.Is (issue 11.4), and a partition
+// budget below 1 is ErrBudget.
+func TestValidateConfigKeepsTheCause(t *testing.T) {
+	c := validConfig(t)
+	if err := ValidateConfig(&c); err != nil {
+		t.Fatal(err)
+	}
+	c.Raft.LeaderLeaseTimeout = 2 * c.Raft.HeartbeatTimeout
+	err := ValidateConfig(&c)
+	if !errors.Is(err, ErrTiming) || !errors.Is(err, replication.ErrBadTiming) {
+		t.Fatalf("lease above heartbeat timeout: %v, want ErrTiming wrapping replication.ErrBadTiming", err)
+	}
+	c = validConfig(t)
+	c.MaxPartitionsPerBroker = 0
+	if err := ValidateConfig(&c); !errors.Is(err, ErrBudget) {
+		t.Fatalf("budget 0: %v, want ErrBudget", err)
+	}
+}
+
+// stuckPeer answers BrokerHeartbeat only when the caller gives up.
+type stuckPeer struct {
+	tapesv1.UnimplementedControllerServiceServer
+	called chan struct{}
+}
+
+func (p *stuckPeer) BrokerHeartbeat(ctx context.Context, _ *tapesv1.BrokerHeartbeatRequest) (*tapesv1.BrokerHeartbeatResponse, error) {
+	select {
+	case p.called <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestShutdownWaitsForHeartbeats (issue 11.4): Shutdown returns only after
+// the goroutines sending heartbeats to peers have ended, even when a peer
+// holds the call open.
+func TestShutdownWaitsForHeartbeats(t *testing.T) {
+	peerLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := &stuckPeer{called: make(chan struct{}, 1)}
+	srv := grpc.NewServer()
+	tapesv1.RegisterControllerServiceServer(srv, peer)
+	go srv.Serve(peerLis)
+	defer srv.Stop()
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := validConfig(t)
+	c.Advertise = lis.Addr().String()
+	c.Peers = map[metadata.BrokerID]string{1: c.Advertise, 2: peerLis.Addr().String()}
+	// A heartbeat may take up to an interval: long, so that it is still
+	// in flight when Shutdown runs.
+	c.HeartbeatInterval, c.SessionTimeout = time.Minute, 2*time.Minute
+	b, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go b.Serve(lis)
+	select {
+	case <-peer.called:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no heartbeat reached the peer")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	if strings.Contains(stacks, "(*Broker).heartbeatLoop") {
+		t.Fatalf("a heartbeat goroutine outlived Shutdown:\n%s", stacks)
+	}
+}
