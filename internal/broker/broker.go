@@ -305,8 +305,11 @@ func (b *Broker) gateClientCalls(ctx context.Context, req any, info *grpc.UnaryS
 
 // notReady says why this broker does not serve clients yet ("" once it
 // does; then it stays ready): it has not registered with the controller in
-// this run, or its copy of the metadata has not applied that registration
-// (Kafka's broker likewise serves only once registered and caught up).
+// this run, its copy of the metadata has not applied that registration
+// (Kafka's broker likewise serves only once registered and caught up), or
+// it has not heard from every registered broker yet (for at most one
+// session timeout after its start, see peerLiveness), so that it judges
+// which brokers are live before it places replicas.
 func (b *Broker) notReady() string {
 	if b.ready.Load() {
 		return ""
@@ -317,6 +320,19 @@ func (b *Broker) notReady() string {
 	}
 	if have := b.meta.Index(); have < idx {
 		return fmt.Sprintf("broker %d is starting: its metadata (controller log index %d) has not caught up with its registration (index %d)", b.cfg.ID, have, idx)
+	}
+	var registered []metadata.BrokerID
+	b.meta.View(func(s *metadata.State) { registered = s.BrokerIDs() })
+	var unheard []metadata.BrokerID
+	for _, id := range registered {
+		if b.peerLiveness(id) == unknown {
+			unheard = append(unheard, id)
+		}
+	}
+	if len(unheard) > 0 {
+		// Without it, CreateTopics would take a registered peer that has
+		// not heartbeated yet for dead.
+		return fmt.Sprintf("broker %d is starting: it has not heard from brokers %s yet (it waits up to the session timeout, %v)", b.cfg.ID, metadata.JoinIDs(unheard), b.cfg.SessionTimeout)
 	}
 	b.ready.Store(true)
 	return ""
