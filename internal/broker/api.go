@@ -51,18 +51,7 @@ func (a *api) Metadata(ctx context.Context, req *tapesv1.MetadataRequest) (*tape
 				resp.Topics = append(resp.Topics, &tapesv1.TopicMetadata{Name: n, Error: kerr.New(kerr.UnknownTopicOrPartition, "topic %q does not exist", n).Detail})
 				continue
 			}
-			tm := &tapesv1.TopicMetadata{Name: t.Name, TopicId: uint64(t.ID), Configs: map[string]string{}}
-			for k, v := range t.Configs {
-				tm.Configs[k] = v
-			}
-			for p, ps := range t.Partitions {
-				pm := &tapesv1.PartitionMetadata{Partition: int32(p), LeaderId: int32(ps.Leader), LeaderEpoch: ps.Epoch,
-					Replicas: ids32(ps.Replicas), Isr: ids32(ps.ISR), HighWatermark: -1, LogStartOffset: -1, LogEndOffset: -1}
-				if ps.Leader < 0 {
-					pm.Error = kerr.New(kerr.LeaderNotAvailable, "partition %s-%d has no leader yet", t.Name, p).Detail
-				}
-				tm.Partitions = append(tm.Partitions, pm)
-			}
+			tm := topicMetadata(t)
 			resp.Topics = append(resp.Topics, tm)
 		}
 	})
@@ -74,6 +63,25 @@ func (a *api) Metadata(ctx context.Context, req *tapesv1.MetadataRequest) (*tape
 		a.fillOffsets(ctx, resp)
 	}
 	return resp, nil
+}
+
+// topicMetadata describes t as the controller knows it (no offsets).
+func topicMetadata(t *metadata.Topic) *tapesv1.TopicMetadata {
+	tm := &tapesv1.TopicMetadata{Name: t.Name, TopicId: uint64(t.ID), Configs: map[string]string{}}
+	for k, v := range t.Configs {
+		tm.Configs[k] = v
+	}
+	for p, ps := range t.Partitions {
+		pm := &tapesv1.PartitionMetadata{Partition: int32(p), LeaderId: int32(ps.Leader), LeaderEpoch: ps.Epoch,
+			Replicas: ids32(ps.Replicas), Isr: ids32(ps.ISR), HighWatermark: -1, LogStartOffset: -1, LogEndOffset: -1}
+		if ps.Leader < 0 {
+			// Not the topic's name again: the answer's size per
+			// partition stays bounded (maxPartitionMetadataBytes).
+			pm.Error = kerr.New(kerr.LeaderNotAvailable, "partition %d has no leader yet", p).Detail
+		}
+		tm.Partitions = append(tm.Partitions, pm)
+	}
+	return tm
 }
 
 // fillOffsets asks every live broker for its replicas' state and takes the

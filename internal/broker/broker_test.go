@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/metadata"
@@ -103,5 +104,35 @@ func TestShutdownWaitsForHeartbeats(t *testing.T) {
 	stacks := string(buf[:runtime.Stack(buf, true)])
 	if strings.Contains(stacks, "(*Broker).heartbeatLoop") {
 		t.Fatalf("a heartbeat goroutine outlived Shutdown:\n%s", stacks)
+	}
+}
+
+// TestMetadataFitsTheBudget: what one partition replica adds to a Metadata
+// answer stays within maxPartitionMetadataBytes in the worst case (longest
+// name, largest ids, epochs and offsets, no leader), so that ValidateConfig's
+// bound (budget x brokers x that <= a gRPC client's 4 MiB) holds.
+func TestMetadataFitsTheBudget(t *testing.T) {
+	name := strings.Repeat("x", metadata.MaxTopicNameLength)
+	for _, rf := range []int{1, 3} {
+		const n = 2000
+		tp := &metadata.Topic{Name: name, ID: 1 << 62}
+		for range n {
+			reps := make([]metadata.BrokerID, rf)
+			for i := range reps {
+				reps[i] = metadata.BrokerID(1<<31 - 1 - i)
+			}
+			tp.Partitions = append(tp.Partitions, metadata.PartitionState{Replicas: reps, ISR: reps, Leader: -1, Epoch: 1 << 62})
+		}
+		per := proto.Size(&tapesv1.MetadataResponse{Topics: []*tapesv1.TopicMetadata{topicMetadata(tp)}}) / (n * rf)
+		t.Logf("replication factor %d: %d bytes per replica", rf, per)
+		if per > maxPartitionMetadataBytes {
+			t.Errorf("replication factor %d: %d bytes per replica, over maxPartitionMetadataBytes (%d)", rf, per, maxPartitionMetadataBytes)
+		}
+	}
+	c := validConfig(t)
+	c.Peers = map[metadata.BrokerID]string{1: "a:1", 2: "b:1", 3: "c:1"}
+	c.MaxPartitionsPerBroker = 10000
+	if err := ValidateConfig(&c); !errors.Is(err, ErrBudget) {
+		t.Fatalf("budget whose Metadata would exceed 4 MiB: %v, want ErrBudget", err)
 	}
 }

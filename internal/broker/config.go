@@ -82,7 +82,7 @@ var (
 	ErrLagBelowRaft  = errors.New("replica lag time max must exceed the raft commit timeout")
 	ErrSessionTiming = errors.New("session timeout must exceed the heartbeat interval")
 	ErrGroupConfig   = errors.New("invalid group coordinator config")
-	ErrBudget        = errors.New("max partitions per broker must be positive")
+	ErrBudget        = errors.New("invalid max partitions per broker")
 )
 
 // DefaultMaxPartitionsPerBroker: measured on a 2-core machine, 300 replicas
@@ -90,6 +90,17 @@ var (
 // 1200 per broker (3 brokers) did not settle and deposed other partitions'
 // leaders. See ARCHITECTURE.md "Partition budget".
 const DefaultMaxPartitionsPerBroker = 500
+
+// maxPartitionMetadataBytes bounds what one partition replica adds to a
+// Metadata answer, with margin: TestMetadataFitsTheBudget measures 133 bytes
+// per RF-1 partition of a topic with a 249-character name, ids and epochs at
+// their largest and LEADER_NOT_AVAILABLE set, 51 per replica at RF 3.
+const maxPartitionMetadataBytes = 160
+
+// clientMaxMessageBytes is the largest message a gRPC client receives by
+// default (grpc.defaultClientMaxReceiveMessageSize). Metadata for every
+// topic of a cluster at its partition budget must fit in it.
+const clientMaxMessageBytes = 4 << 20
 
 // DefaultConfig returns the defaults for the timing fields.
 func DefaultConfig() Config {
@@ -152,6 +163,10 @@ func ValidateConfig(c *Config) error {
 	}
 	if c.MaxPartitionsPerBroker <= 0 {
 		return fmt.Errorf("%w: %d", ErrBudget, c.MaxPartitionsPerBroker)
+	}
+	if worst := c.MaxPartitionsPerBroker * len(c.Peers) * maxPartitionMetadataBytes; worst > clientMaxMessageBytes {
+		return fmt.Errorf("%w: %d partitions per broker x %d brokers could make a Metadata answer of %d bytes, over the %d a gRPC client accepts; at most %d per broker",
+			ErrBudget, c.MaxPartitionsPerBroker, len(c.Peers), worst, clientMaxMessageBytes, clientMaxMessageBytes/maxPartitionMetadataBytes/len(c.Peers))
 	}
 	g := c.Groups
 	switch {
