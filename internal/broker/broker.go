@@ -221,8 +221,8 @@ func (b *Broker) Serve(lis net.Listener) error {
 	b.wg.Add(7)
 	go func() {
 		defer b.wg.Done()
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { <-b.stop; cancel() }()
+		ctx, cancel := b.stopContext()
+		defer cancel()
 		b.groups.Run(ctx)
 	}()
 	go b.watchPeers()
@@ -379,6 +379,19 @@ func (b *Broker) peerConn(id metadata.BrokerID) (*grpc.ClientConn, error) {
 	}
 	b.conns[id] = c
 	return c, nil
+}
+
+// stopContext returns a context cancelled at shutdown (or by cancel).
+func (b *Broker) stopContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-b.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // sleep waits d or until shutdown; false means shutting down.

@@ -239,15 +239,8 @@ func (b *Broker) nudgeReconcile() {
 // shutdown, so Shutdown waits for them.
 func (b *Broker) heartbeatLoop() {
 	defer b.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := b.stopContext()
 	defer cancel()
-	go func() {
-		select {
-		case <-b.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for {
 		for _, id := range b.cfg.sortedPeers() {
 			if id == b.cfg.ID {
