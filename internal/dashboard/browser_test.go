@@ -4,8 +4,10 @@ package dashboard_test
 // that streams a fixed snapshot (every part of the page, a snapshot with
 // every field missing, the actions' payloads, an error shown in a toast, an
 // event stream that drops and comes back), and once against a real
-// `cluster up --demo` (3 brokers, a producer and two consumers started from
-// the page, a consumer crashed and a partition leader killed from the page).
+// `cluster up --demo` (the page refused under a rebinding name and unable
+// to act without the token, then opened through the printed token URL: 3
+// brokers, a producer and two consumers started from the page, a consumer
+// crashed and a partition leader killed from the page).
 // Both skip when no Chromium or Chrome is installed (.ci/run installs
 // Debian's chromium). Each step saves a screenshot under the test's
 // temporary directory, or under $TAPES_BROWSER_SCREENSHOTS when set (kept).
