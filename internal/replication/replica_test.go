@@ -1,0 +1,214 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tapes-dev/tapes/internal/eventually"
+	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/raftnet"
+	"github.com/tapes-dev/tapes/internal/storage"
+)
+
+// faultyLog is a logWriter that fails (fail set) or blocks (gate armed)
+// on demand.
+type faultyLog struct {
+	logWriter
+	fail atomic.Bool
+	mu   sync.Mutex
+	// gate, when set, is waited on by the next Append, which first closes
+	// entered.
+	gate, entered chan struct{}
+}
+
+var errDiskGone = errors.New("input/output error (injected)")
+
+func (f *faultyLog) Append(index uint64, b storage.Batch) (int64, error) {
+	if f.fail.Load() {
+		return 0, fmt.Errorf("append: %w", errDiskGone)
+	}
+	f.mu.Lock()
+	gate, entered := f.gate, f.entered
+	f.gate, f.entered = nil, nil
+	f.mu.Unlock()
+	if gate != nil {
+		close(entered)
+		<-gate
+	}
+	return f.logWriter.Append(index, b)
+}
+
+// arm makes the next Append wait for the returned release; entered is
+// closed once it does.
+func (f *faultyLog) arm() (entered chan struct{}, release func()) {
+	gate := make(chan struct{})
+	entered = make(chan struct{})
+	f.mu.Lock()
+	f.gate, f.entered = gate, entered
+	f.mu.Unlock()
+	var once sync.Once
+	return entered, func() { once.Do(func() { close(gate) }) }
+}
+
+// openSolo opens a single-replica partition (broker 1, RF 1) in dir over a
+// real Raft group and waits until it is a ready leader. fault, if not nil,
+// wraps what its FSM writes through.
+func openSolo(t *testing.T, dir string, fault *faultyLog) *Replica {
+	t.Helper()
+	mux, err := raftnet.NewMux(raftnet.Config{LocalID: ServerID(1), Logger: quietLogger(),
+		Resolve:    func(a raft.ServerAddress) (string, error) { return "", fmt.Errorf("no peer %s", a) },
+		RPCTimeout: time.Second, HeartbeatTimeout: time.Second, SnapshotTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mux.Close() })
+	trans, err := mux.Group("t-0@1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Topic: "t", TopicID: 1, Dir: dir, LocalID: 1, Replicas: []metadata.BrokerID{1},
+		TopicConfig: metadata.DefaultTopicConfig(), Raft: DefaultRaftTimings(), ReplicaLagTimeMax: 10 * time.Second,
+		RetentionCheckInterval: time.Hour, Transport: trans, Logger: quietLogger()}
+	if fault != nil {
+		cfg.wrapLog = func(w logWriter) logWriter { fault.logWriter = w; return fault }
+	}
+	r, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	eventually.True(t, 30*time.Second, "the replica to lead", func() bool {
+		r.CheckLeadership()
+		return r.ReadyTerm() != 0
+	})
+	return r
+}
+
+func produceValues(t *testing.T, r *Replica, acks int, p storage.ProducerInfo, values ...string) (ProduceResult, error) {
+	t.Helper()
+	recs := make([]storage.Record, len(values))
+	for i, v := range values {
+		recs[i] = storage.Record{Timestamp: 1, Value: []byte(v)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return r.Produce(ctx, acks, storage.EncodeProducerBatch(p, recs))
+}
+
+func valuesAt(t *testing.T, r *Replica) []string {
+	t.Helper()
+	recs, err := r.log.Read(r.log.StartOffset(), 1<<20, r.log.EndOffset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(recs))
+	for i, rec := range recs {
+		if rec.Offset != int64(i) {
+			t.Fatalf("record %d at offset %d", i, rec.Offset)
+		}
+		out[i] = string(rec.Value)
+	}
+	return out
+}
+
+// TestStorageFailureTakesReplicaOut: a storage I/O error while applying a
+// committed entry takes the replica out: that request and every later one
+// answer KAFKA_STORAGE_ERROR, nothing later is appended at shifted
+// offsets, Raft stops; reopened from disk (a broker restart), the replica
+// re-applies the entry it missed and every record is at its offset.
+func TestStorageFailureTakesReplicaOut(t *testing.T) {
+	dir := t.TempDir()
+	fault := &faultyLog{}
+	r := openSolo(t, dir, fault)
+	if res, err := produceValues(t, r, AcksAll, storage.NoProducer, "a"); err != nil || res.BaseOffset != 0 {
+		t.Fatalf("first batch: %+v, %v", res, err)
+	}
+	fault.fail.Store(true)
+	if _, err := produceValues(t, r, AcksAll, storage.NoProducer, "b"); !kerr.Is(err, kerr.KafkaStorageError) {
+		t.Fatalf("batch the storage failed to append: %v, want %s", err, kerr.KafkaStorageError)
+	}
+	fault.fail.Store(false) // the disk "works" again: the replica must still stay out
+	for _, acks := range []int{AcksAll, AcksLeader} {
+		if res, err := produceValues(t, r, acks, storage.NoProducer, "c"); !kerr.Is(err, kerr.KafkaStorageError) {
+			t.Fatalf("acks=%d after the failure: %+v, %v; want %s", acks, res, err, kerr.KafkaStorageError)
+		}
+	}
+	if _, err := r.Fetch(context.Background(), 0, 1<<20, 0); !kerr.Is(err, kerr.KafkaStorageError) {
+		t.Fatalf("fetch after the failure: %v, want %s", err, kerr.KafkaStorageError)
+	}
+	eventually.True(t, 30*time.Second, "raft to stop", func() bool { return r.Raft().State() == raft.Shutdown })
+	if got := valuesAt(t, r); len(got) != 1 {
+		t.Fatalf("the failed replica's log holds %q, want only the first record", got)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+
+	r = openSolo(t, dir, nil)
+	eventually.True(t, 30*time.Second, "the missed entry to be re-applied", func() bool { return r.HighWatermark() == 2 })
+	if res, err := produceValues(t, r, AcksAll, storage.NoProducer, "d"); err != nil || res.BaseOffset != 2 {
+		t.Fatalf("after the restart: %+v, %v", res, err)
+	}
+	if got := fmt.Sprint(valuesAt(t, r)); got != "[a b d]" {
+		t.Fatalf("log after the restart: %s, want [a b d]", got)
+	}
+}
+
+// TestAcks1OffsetBehindDuplicate: another producer's retried batch is
+// stored, unapplied, before an acks=1 batch; it applies as a duplicate
+// (appends nothing), and the offset acks=1 answers is the one its record
+// gets.
+func TestAcks1OffsetBehindDuplicate(t *testing.T) {
+	fault := &faultyLog{}
+	r := openSolo(t, t.TempDir(), fault)
+	idem := storage.ProducerInfo{ID: 5}
+	if res, err := produceValues(t, r, AcksAll, idem, "p0"); err != nil || res.BaseOffset != 0 {
+		t.Fatalf("idempotent batch: %+v, %v", res, err)
+	}
+	entered, release := fault.arm()
+	defer release()
+	if _, err := produceValues(t, r, AcksNone, storage.NoProducer, "y"); err != nil {
+		t.Fatal(err)
+	}
+	<-entered // the FSM is now held applying "y": later entries are stored, unapplied
+	last := r.Raft().LastIndex()
+	dup := make(chan error, 1)
+	go func() {
+		res, err := produceValues(t, r, AcksAll, idem, "p0") // the retry
+		if err == nil && (!res.Duplicate || res.BaseOffset != 0) {
+			err = fmt.Errorf("retry answered %+v, want a duplicate of offset 0", res)
+		}
+		dup <- err
+	}()
+	eventually.True(t, 20*time.Second, "the retry to be stored", func() bool { return r.Raft().LastIndex() > last })
+	type answer struct {
+		res ProduceResult
+		err error
+	}
+	one := make(chan answer, 1)
+	go func() {
+		res, err := produceValues(t, r, AcksLeader, storage.NoProducer, "x")
+		one <- answer{res, err}
+	}()
+	release()
+	a := <-one
+	if a.err != nil {
+		t.Fatalf("acks=1: %v", a.err)
+	}
+	if err := <-dup; err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 20*time.Second, "x to apply", func() bool { return r.HighWatermark() == 3 })
+	got := valuesAt(t, r)
+	if a.res.BaseOffset < 0 || a.res.BaseOffset >= int64(len(got)) || got[a.res.BaseOffset] != "x" {
+		t.Fatalf("acks=1 answered offset %d; the log is %q", a.res.BaseOffset, got)
+	}
+}
