@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
 
 	"github.com/tapes-dev/tapes/internal/eventually"
 	"github.com/tapes-dev/tapes/internal/kerr"
@@ -210,5 +212,138 @@ func TestAcks1OffsetBehindDuplicate(t *testing.T) {
 	got := valuesAt(t, r)
 	if a.res.BaseOffset < 0 || a.res.BaseOffset >= int64(len(got)) || got[a.res.BaseOffset] != "x" {
 		t.Fatalf("acks=1 answered offset %d; the log is %q", a.res.BaseOffset, got)
+	}
+}
+
+// trio is three brokers' Muxes on loopback gRPC servers, with one replica
+// each of an RF 3 partition.
+type trio struct {
+	t     *testing.T
+	dirs  [3]string
+	muxes [3]*raftnet.Mux
+	reps  [3]*Replica
+}
+
+func newTrio(t *testing.T, fault *faultyLog, faulty int) *trio {
+	t.Helper()
+	tr := &trio{t: t}
+	var addrs sync.Map
+	for i := range 3 {
+		id := metadata.BrokerID(i + 1)
+		mux, err := raftnet.NewMux(raftnet.Config{LocalID: ServerID(id), Logger: quietLogger(),
+			Resolve: func(a raft.ServerAddress) (string, error) {
+				if v, ok := addrs.Load(a); ok {
+					return v.(string), nil
+				}
+				return "", fmt.Errorf("no peer %s", a)
+			},
+			RPCTimeout: time.Second, HeartbeatTimeout: time.Second, SnapshotTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer(raftnet.ServerOptions()...)
+		mux.Register(srv)
+		go srv.Serve(lis)
+		t.Cleanup(func() { mux.Close(); srv.Stop() })
+		addrs.Store(raft.ServerAddress(ServerID(id)), lis.Addr().String())
+		tr.muxes[i], tr.dirs[i] = mux, t.TempDir()
+	}
+	for i := range 3 {
+		var f *faultyLog
+		if i == faulty {
+			f = fault
+		}
+		tr.open(i, f)
+	}
+	return tr
+}
+
+// open opens broker i+1's replica (again).
+func (tr *trio) open(i int, fault *faultyLog) {
+	t := tr.t
+	trans, err := tr.muxes[i].Group("t-0@1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := metadata.DefaultTopicConfig()
+	tc.MinInsyncReplicas = 2
+	cfg := Config{Topic: "t", TopicID: 1, Dir: tr.dirs[i], LocalID: metadata.BrokerID(i + 1), Replicas: []metadata.BrokerID{1, 2, 3},
+		TopicConfig: tc, Raft: DefaultRaftTimings(), ReplicaLagTimeMax: 10 * time.Second,
+		RetentionCheckInterval: time.Hour, Transport: trans, Logger: quietLogger()}
+	if fault != nil {
+		cfg.wrapLog = func(w logWriter) logWriter { fault.logWriter = w; return fault }
+	}
+	r, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	tr.reps[i] = r
+}
+
+// leader waits until one replica other than skip (index, -1: none) is a
+// ready leader and returns its index. The broker's observer calls
+// CheckLeadership on Raft's state changes; the test does it here.
+func (tr *trio) leader(skip int) int {
+	tr.t.Helper()
+	found := -1
+	eventually.True(tr.t, 30*time.Second, "a ready leader", func() bool {
+		for i, r := range tr.reps {
+			if i == skip {
+				continue
+			}
+			r.CheckLeadership()
+			if r.ReadyTerm() != 0 {
+				found = i
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// TestStorageFailureHandsLeadershipOver: the leader whose storage fails
+// answers KAFKA_STORAGE_ERROR and hands its leadership over; the other
+// replicas go on, with the committed batch at the same offset, and the
+// failed one, reopened, catches up to the same log.
+func TestStorageFailureHandsLeadershipOver(t *testing.T) {
+	fault := &faultyLog{}
+	tr := newTrio(t, fault, 0)
+	// Broker 1 is the preferred replica of the new group and leads first.
+	if got := tr.leader(-1); got != 0 {
+		t.Fatalf("replica %d leads first, want 0", got)
+	}
+	eventually.True(t, 30*time.Second, "a full ISR", func() bool { return len(tr.reps[0].ISR()) == 3 })
+	if res, err := produceValues(t, tr.reps[0], AcksAll, storage.NoProducer, "a"); err != nil || res.BaseOffset != 0 {
+		t.Fatalf("first batch: %+v, %v", res, err)
+	}
+	fault.fail.Store(true)
+	if _, err := produceValues(t, tr.reps[0], AcksAll, storage.NoProducer, "b"); !kerr.Is(err, kerr.KafkaStorageError) {
+		t.Fatalf("batch the leader's storage failed to append: %v, want %s", err, kerr.KafkaStorageError)
+	}
+	fault.fail.Store(false)
+	next := tr.leader(0)
+	eventually.True(t, 30*time.Second, "the failed replica's Raft to stop", func() bool { return tr.reps[0].Raft().State() == raft.Shutdown })
+	if _, err := produceValues(t, tr.reps[0], AcksAll, storage.NoProducer, "x"); !kerr.Is(err, kerr.KafkaStorageError) {
+		t.Fatalf("the failed replica after the handover: %v, want %s", err, kerr.KafkaStorageError)
+	}
+	res, err := produceValues(t, tr.reps[next], AcksAll, storage.NoProducer, "c")
+	if err != nil || res.BaseOffset != 2 {
+		t.Fatalf("new leader %d: %+v, %v; want offset 2 (after the committed batch b)", next+1, res, err)
+	}
+	if err := tr.reps[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	tr.open(0, nil) // the broker restarts
+	for i := range tr.reps {
+		eventually.True(t, 30*time.Second, fmt.Sprintf("replica %d to apply everything", i+1), func() bool { return tr.reps[i].HighWatermark() == 3 })
+		if got := fmt.Sprint(valuesAt(t, tr.reps[i])); got != "[a b c]" {
+			t.Fatalf("replica %d holds %s, want [a b c]", i+1, got)
+		}
 	}
 }
