@@ -200,6 +200,7 @@ func TestAcks1OffsetBehindDuplicate(t *testing.T) {
 		res, err := produceValues(t, r, AcksLeader, storage.NoProducer, "x")
 		one <- answer{res, err}
 	}()
+	eventually.True(t, 20*time.Second, "x to be stored", func() bool { return r.Raft().LastIndex() > last+1 })
 	release()
 	a := <-one
 	if a.err != nil {
