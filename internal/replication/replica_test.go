@@ -72,12 +72,27 @@ func openSolo(t *testing.T, dir string, fault *faultyLog) *Replica {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mux.Close() })
+	r := openTestReplica(t, mux, dir, 1, []metadata.BrokerID{1}, fault)
+	eventually.True(t, 30*time.Second, "the replica to lead", func() bool {
+		r.CheckLeadership()
+		return r.ReadyTerm() != 0
+	})
+	return r
+}
+
+// openTestReplica opens broker id's replica of partition t-0 (min.insync
+// 2 when RF > 1) in dir over mux, closed with the test. fault, if not nil,
+// wraps what its FSM writes through.
+func openTestReplica(t *testing.T, mux *raftnet.Mux, dir string, id metadata.BrokerID, replicas []metadata.BrokerID, fault *faultyLog) *Replica {
+	t.Helper()
 	trans, err := mux.Group("t-0@1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Topic: "t", TopicID: 1, Dir: dir, LocalID: 1, Replicas: []metadata.BrokerID{1},
-		TopicConfig: metadata.DefaultTopicConfig(), Raft: DefaultRaftTimings(), ReplicaLagTimeMax: 10 * time.Second,
+	tc := metadata.DefaultTopicConfig()
+	tc.MinInsyncReplicas = min(2, len(replicas))
+	cfg := Config{Topic: "t", TopicID: 1, Dir: dir, LocalID: id, Replicas: replicas,
+		TopicConfig: tc, Raft: DefaultRaftTimings(), ReplicaLagTimeMax: 10 * time.Second,
 		RetentionCheckInterval: time.Hour, Transport: trans, Logger: quietLogger()}
 	if fault != nil {
 		cfg.wrapLog = func(w logWriter) logWriter { fault.logWriter = w; return fault }
@@ -87,10 +102,6 @@ func openSolo(t *testing.T, dir string, fault *faultyLog) *Replica {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	eventually.True(t, 30*time.Second, "the replica to lead", func() bool {
-		r.CheckLeadership()
-		return r.ReadyTerm() != 0
-	})
 	return r
 }
 
@@ -265,25 +276,7 @@ func newTrio(t *testing.T, fault *faultyLog, faulty int) *trio {
 
 // open opens broker i+1's replica (again).
 func (tr *trio) open(i int, fault *faultyLog) {
-	t := tr.t
-	trans, err := tr.muxes[i].Group("t-0@1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := metadata.DefaultTopicConfig()
-	tc.MinInsyncReplicas = 2
-	cfg := Config{Topic: "t", TopicID: 1, Dir: tr.dirs[i], LocalID: metadata.BrokerID(i + 1), Replicas: []metadata.BrokerID{1, 2, 3},
-		TopicConfig: tc, Raft: DefaultRaftTimings(), ReplicaLagTimeMax: 10 * time.Second,
-		RetentionCheckInterval: time.Hour, Transport: trans, Logger: quietLogger()}
-	if fault != nil {
-		cfg.wrapLog = func(w logWriter) logWriter { fault.logWriter = w; return fault }
-	}
-	r, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	tr.reps[i] = r
+	tr.reps[i] = openTestReplica(tr.t, tr.muxes[i], tr.dirs[i], metadata.BrokerID(i+1), []metadata.BrokerID{1, 2, 3}, fault)
 }
 
 // leader waits until one replica other than skip (index, -1: none) is a
