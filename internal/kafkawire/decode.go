@@ -3,6 +3,7 @@ package kafkawire
 import (
 	"bytes"
 	"fmt"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -62,7 +63,15 @@ func decodeBody(h Header, req kmsg.Request, body []byte) error {
 	if err := req.ReadFrom(body); err != nil {
 		return fmt.Errorf("%w: %s v%d: %v", ErrMalformedRequest, kmsg.NameForKey(h.Key), h.Version, err)
 	}
-	if again := req.AppendTo(make([]byte, 0, len(body))); !bytes.Equal(again, body) {
+	bp := reencodeBufs.Get().(*[]byte)
+	again := req.AppendTo((*bp)[:0])
+	defer func() {
+		if cap(again) <= maxPooledReencode {
+			*bp = again
+			reencodeBufs.Put(bp)
+		}
+	}()
+	if !bytes.Equal(again, body) {
 		at := 0
 		for at < len(again) && at < len(body) && again[at] == body[at] {
 			at++
@@ -72,6 +81,13 @@ func decodeBody(h Header, req kmsg.Request, body []byte) error {
 	}
 	return nil
 }
+
+// reencodeBufs holds the buffers decodeBody encodes into, so that checking
+// a large Produce allocates nothing.
+var reencodeBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledReencode: larger buffers are left to the GC rather than kept.
+const maxPooledReencode = 8 << 20
 
 // DecodeRequest decodes one request frame (without its 4-byte size prefix):
 // header, then body as decodeBody checks it. It is the decoder the server
