@@ -38,16 +38,17 @@ func (ts *testServer) logf(format string, args ...any) {
 	ts.logs = append(ts.logs, fmt.Sprintf(format, args...))
 }
 
-// logged reports whether a log line contains s.
-func (ts *testServer) logged(s string) bool {
+// logged reports whether a log line contains s, and returns the lines.
+func (ts *testServer) logged(s string) (bool, []string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	for _, l := range ts.logs {
+	lines := append([]string(nil), ts.logs...)
+	for _, l := range lines {
 		if strings.Contains(l, s) {
-			return true
+			return true, lines
 		}
 	}
-	return false
+	return false, lines
 }
 
 func startServer(t *testing.T, cfg Config, register func(ts *testServer)) *testServer {
@@ -497,8 +498,8 @@ func TestBadInputClosesOnlyItsConnection(t *testing.T) {
 			}
 			bad.expectClosed()
 			good.apiVersions(2)
-			if !ts.logged(tc.log) {
-				t.Fatalf("log %q, want a line with %q", ts.logs, tc.log)
+			if ok, lines := ts.logged(tc.log); !ok {
+				t.Fatalf("log %q, want a line with %q", lines, tc.log)
 			}
 		})
 	}
