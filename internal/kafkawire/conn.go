@@ -145,7 +145,8 @@ func (c *conn) dispatch(frame []byte) (*slot, error) {
 	if err := decodeBody(h, req, body); err != nil {
 		return nil, err
 	}
-	r := a.h(c.ctx, &Request{Conn: c.info, Header: h, Msg: req})
+	name := kmsg.NameForKey(h.Key)
+	r := guard(name, func() Reply { return a.h(c.ctx, &Request{Conn: c.info, Header: h, Msg: req}) })
 	if r.later == nil {
 		sl.reply <- r
 		return sl, nil
@@ -153,13 +154,25 @@ func (c *conn) dispatch(frame []byte) (*slot, error) {
 	c.later.Add(1)
 	go func() {
 		defer c.later.Done()
-		r := r.later()
+		r := guard(name, r.later)
 		if r.later != nil {
 			r = Close(fmt.Errorf("%w: %s handler returned Later from Later", ErrBadReply, kmsg.NameForKey(h.Key)))
 		}
 		sl.reply <- r
 	}()
 	return sl, nil
+}
+
+// guard calls fn; a panic closes the connection (with the panic logged)
+// instead of the broker, as Kafka answers an exception in a handler without
+// stopping.
+func guard(name string, fn func() Reply) (r Reply) {
+	defer func() {
+		if p := recover(); p != nil {
+			r = Close(fmt.Errorf("%w: %s handler panicked: %v", ErrBadReply, name, p))
+		}
+	}()
+	return fn()
 }
 
 // enqueueClose queues a slot that closes the connection once the answers

@@ -109,6 +109,8 @@ func Close(err error) Reply {
 //
 // ctx is done when the connection closes or the server is closed. req.Msg is
 // owned by the handler; the server does not touch it after the call.
+// A panic in the handler or its Later function closes the connection (and
+// is logged); the server and its other connections go on.
 type HandlerFunc func(ctx context.Context, req *Request) Reply
 
 // api is one registered API key.

@@ -589,3 +589,26 @@ func TestCloseEndsBlockedHandlers(t *testing.T) {
 	}
 	c.expectClosed()
 }
+
+// TestHandlerPanicClosesItsConnection: a panicking handler (on the request
+// goroutine or in Later) closes its connection; the server goes on.
+func TestHandlerPanicClosesItsConnection(t *testing.T) {
+	ts := startServer(t, Config{}, func(ts *testServer) {
+		ts.Register(3, 0, 12, func(_ context.Context, r *Request) Reply {
+			if *r.Msg.(*kmsg.MetadataRequest).Topics[0].Topic == "now" {
+				panic("boom now")
+			}
+			return Later(func() Reply { panic("boom later") })
+		})
+	})
+	good := dial(t, ts.addr)
+	for _, topic := range []string{"now", "later"} {
+		bad := dial(t, ts.addr)
+		bad.write(frame(metadataFor(topic), 12, 1))
+		bad.expectClosed()
+		good.apiVersions(1)
+		if ok, lines := ts.logged("Metadata handler panicked: boom " + topic); !ok {
+			t.Fatalf("log %q", lines)
+		}
+	}
+}
