@@ -36,6 +36,9 @@ const (
 	NotController                Code = "NOT_CONTROLLER"
 	InvalidRequest               Code = "INVALID_REQUEST"
 	KafkaStorageError            Code = "KAFKA_STORAGE_ERROR"
+	// Record batches as Kafka clients send them (internal/kafkawire).
+	InvalidRecord              Code = "INVALID_RECORD"
+	UnsupportedCompressionType Code = "UNSUPPORTED_COMPRESSION_TYPE"
 	// Consumer groups.
 	CoordinatorNotAvailable Code = "COORDINATOR_NOT_AVAILABLE"
 	NotCoordinator          Code = "NOT_COORDINATOR"
@@ -89,7 +92,7 @@ func (c Code) grpcCode() codes.Code {
 		return codes.OutOfRange
 	case RecordTooLarge, InvalidTopic, InvalidRequiredAcks, InvalidPartitions,
 		InvalidReplicationFactor, InvalidConfig, InvalidRequest, CorruptMessage, MemberIDRequired,
-		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID:
+		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID, InvalidRecord, UnsupportedCompressionType:
 		return codes.InvalidArgument
 	case RequestTimedOut:
 		return codes.DeadlineExceeded
