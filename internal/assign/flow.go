@@ -218,7 +218,12 @@ func (n *network) distances(s, t int, dist []cost) bool {
 // admissiblePath returns the arcs of a path from u to v made of residual arcs
 // of reduced cost zero (breadth first, so the result is deterministic), or nil
 // if there is none. Arcs of edges for which skip returns true are not used.
-func (n *network) admissiblePath(u, v int, skip func(edge int) bool) []int {
+// Nodes marked in dead (if not nil) are not entered; when there is no path,
+// every node the search reached is marked, since none of them reaches v.
+func (n *network) admissiblePath(u, v int, skip func(edge int) bool, dead []bool) []int {
+	if dead != nil && dead[u] {
+		return nil
+	}
 	if len(n.via) != len(n.adj) {
 		n.via = make([]int, len(n.adj))
 	}
@@ -232,13 +237,18 @@ func (n *network) admissiblePath(u, v int, skip func(edge int) bool) []int {
 				continue
 			}
 			_, y, rc, ok := n.reduced(a)
-			if ok && via[y] == 0 && rc == (cost{}) {
+			if ok && via[y] == 0 && rc == (cost{}) && (dead == nil || !dead[y]) {
 				via[y] = a + 1
 				queue = append(queue, y)
 			}
 		}
 	}
 	n.queue = queue
+	if via[v] == 0 && dead != nil {
+		for _, x := range queue {
+			dead[x] = true
+		}
+	}
 	if via[v] == 0 || u == v {
 		return nil
 	}

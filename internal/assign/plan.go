@@ -108,11 +108,18 @@ func plan(partitions map[string]int32, members []MemberID, eligible map[MemberID
 	// while the flow stays among the cheapest (a cycle of zero reduced cost
 	// through its edge, not changing the pairs already settled). A convex
 	// edge has at most one unit of zero reduced cost, so one try per pair
-	// reaches its largest count.
+	// reaches its largest count. The searches for one member's pairs all end
+	// at its node, and a node that cannot reach it stays so while its pairs
+	// are settled (settling only removes arcs; a cycle only adds arcs leaving
+	// its own nodes, which reach the member), so they share what is dead.
 	settled := make([]bool, len(n.edges))
-	for _, p := range pairs {
+	var dead []bool
+	for i, p := range pairs {
+		if i == 0 || p.from != pairs[i-1].from {
+			dead = make([]bool, len(n.adj))
+		}
 		if _, _, rc, ok := n.reduced(2 * p.edge); ok && rc == (cost{}) {
-			cycle := n.admissiblePath(p.to, p.from, func(e int) bool { return settled[e] || e == p.edge })
+			cycle := n.admissiblePath(p.to, p.from, func(e int) bool { return settled[e] || e == p.edge }, dead)
 			if cycle != nil {
 				for _, a := range cycle {
 					n.push(a)
