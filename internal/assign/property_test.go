@@ -132,8 +132,10 @@ func cmpOr(a, b int) int {
 // checkConfirmed checks that round two confirms round one: nothing assigned in
 // round one is taken away, and every partition revoked in round one ends with
 // another member (none is handed back to the member that just revoked it),
-// unless nobody subscribes to its topic any more.
-func (g *group) checkConfirmed(t *testing.T, ctx string, res1, res2 Assignment, revoked1 map[MemberID][]TopicPartition) {
+// unless nobody subscribes to its topic any more or several members claimed
+// it (contested: its stale claimants revoke it whatever the plan).
+func (g *group) checkConfirmed(t *testing.T, ctx string, res1, res2 Assignment, revoked1 map[MemberID][]TopicPartition,
+	contested map[TopicPartition]bool) {
 	t.Helper()
 	wanted := map[string]bool{}
 	for _, s := range g.subscriptions() {
@@ -154,7 +156,7 @@ func (g *group) checkConfirmed(t *testing.T, ctx string, res1, res2 Assignment, 
 	}
 	for _, m := range slices.Sorted(maps.Keys(revoked1)) {
 		for _, tp := range revoked1[m] {
-			if !wanted[tp.Topic] {
+			if !wanted[tp.Topic] || contested[tp] {
 				continue
 			}
 			if h, ok := holder[tp]; !ok || h == m {
@@ -188,8 +190,9 @@ type scenario struct {
 }
 
 // randomScenario drives a random group (seeded: a failure names its seed and
-// step, and reruns identically) through joins, leaves, crashes, topics growing
-// and (with mixed subscriptions) subscription changes. After each step it runs
+// step, and reruns identically) through joins, leaves, crashes, fences and
+// rejoins, topics growing and (with mixed subscriptions) subscription
+// changes. After each step it runs
 // three cooperative rounds and checks the properties of the assignor: round
 // two confirms round one, is complete and balanced, and round three moves
 // nothing.
@@ -225,7 +228,24 @@ func randomScenario(t *testing.T, seed uint64, sc scenario) {
 	for step := range 12 {
 		ids := g.memberIDs(true)
 		var op string
-		switch k := r.IntN(11); {
+		switch k := r.IntN(12); {
+		case k == 11 && len(ids) > 0:
+			// fence: the coordinator drops a member, which keeps its
+			// partitions and its generation until it rejoins (the next
+			// fence step), claiming them in a stale generation
+			op = "fence"
+			for _, id := range g.memberIDs(false) {
+				if m := g.members[id]; !m.inGroup {
+					m.inGroup = true
+					op = "rejoin " + string(id)
+					break
+				}
+			}
+			if op == "fence" {
+				id := ids[r.IntN(len(ids))]
+				g.members[id].inGroup = false
+				op += " " + string(id)
+			}
 		case k < 4 || len(ids) == 0:
 			// one to three members join at once
 			op = "join"
@@ -261,13 +281,17 @@ func randomScenario(t *testing.T, seed uint64, sc scenario) {
 			op = "subscribe " + string(id)
 		}
 		ctx := fmt.Sprintf("seed %d step %d (%s)", seed, step, op)
+		contested := map[TopicPartition]bool{}
+		for tp, hs := range g.holders() {
+			contested[tp] = len(hs) > 1
+		}
 		planned, err := planRound(g.topics, sortedSubs(g.subscriptions()))
 		if err != nil {
 			t.Fatalf("%s: %v", ctx, err)
 		}
 		res1, revoked1 := g.round(t, ctx+" round 1")
 		res2, _ := g.round(t, ctx+" round 2")
-		g.checkConfirmed(t, ctx, res1, res2, revoked1)
+		g.checkConfirmed(t, ctx, res1, res2, revoked1, contested)
 		checkPlanned(t, ctx, planned.target, res2)
 		g.checkComplete(t, ctx+" round 2", res2)
 		g.checkBalanced(t, ctx+" round 2", res2, sc.sameTopics)
