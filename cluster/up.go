@@ -159,7 +159,9 @@ func serveControl(c *launch.Cluster, addr string) (func(), error) {
 
 // serveDashboard serves the live page (internal/dashboard) for c on addr
 // until ctx ends or the returned func is called; it returns the page's
-// address ("" and no server when addr is empty).
+// URL with the launch's token, which the page's actions need ("" and no
+// server when addr is empty). The page answers only requests to its own
+// address: the loopback names, the listener's IP, and the host addr names.
 func serveDashboard(ctx context.Context, c *launch.Cluster, addr string, stderr io.Writer) (func(), string, error) {
 	if addr == "" {
 		return func() {}, "", nil
@@ -180,7 +182,8 @@ func serveDashboard(ctx context.Context, c *launch.Cluster, addr string, stderr 
 		path, _ := launch.FindBinary(name) // none: the page says so when asked to start one
 		return path
 	}
-	srv, err := dashboard.New(dashboard.Config{Cluster: c, Client: cl,
+	host, _, _ := net.SplitHostPort(addr)
+	srv, err := dashboard.New(dashboard.Config{Cluster: c, Client: cl, Host: host,
 		Producerd: find("producerd"), Consumerd: find("consumerd"), Chaos: find("chaos"),
 		Logger: slog.New(&progressHandler{w: stderr, mu: new(sync.Mutex), level: slog.LevelWarn}).With("component", "live page")})
 	if err != nil {
@@ -200,7 +203,7 @@ func serveDashboard(ctx context.Context, c *launch.Cluster, addr string, stderr 
 		cancel()
 		<-done
 		cl.Close()
-	}, "http://" + lis.Addr().String() + "/", nil
+	}, dashboard.PageURL(lis.Addr(), srv.Token()), nil
 }
 
 // supervise reports brokers that exit unexpectedly until ctx ends, then

@@ -10,16 +10,21 @@
 //     more. Under the eager protocol every member revokes everything it owns
 //     before each rebalance, so owned partitions are ignored.
 //   - [CooperativeSticky] ("cooperative-sticky"), the KIP-429 incremental
-//     cooperative protocol: balanced to within one partition per member
-//     (among members subscribed to the same topics), sticky otherwise. A
+//     cooperative protocol: the members as balanced as their subscriptions
+//     allow (with identical subscriptions, within one partition, and each
+//     topic split to within one too), sticky otherwise: as few owned
+//     partitions move as that balance allows. A
 //     partition that must move to another member is left out of the
 //     assignment returned in that round: its current owner sees it missing
 //     and revokes it, then triggers a second rebalance in which it is free
 //     and handed to its new owner. A partition is therefore never assigned to
-//     a new owner while a member of the group still claims it.
+//     a new owner while a member of the group still claims it, and the second
+//     rebalance computes the same assignment as the first: it hands over what
+//     was revoked, to the members the first one meant, and nothing else.
 //
 // The package is pure: no I/O, no clocks, no randomness; the output is
-// deterministic (members and partitions are sorted). The group coordinator
+// deterministic (members and partitions are sorted), and does not depend on
+// the order of the subscriptions or of the partitions a member owns. The group coordinator
 // runs the protocol (JoinGroup/SyncGroup, generations, fencing); this package
 // only computes assignments.
 package assign

@@ -27,6 +27,9 @@ type group struct {
 	topics  map[string]int32
 	members map[MemberID]*member
 	gen     int32
+	// revoked is what each member revoked in the last rebalance (generation
+	// gen), to show a partition handed back to the member that just gave it up.
+	revoked map[MemberID][]TopicPartition
 }
 
 func newGroup() *group {
@@ -208,6 +211,9 @@ func (g *group) get(f []string, minArgs int) (*member, error) {
 // the group now owns what it was assigned, in the new generation. Per member:
 // its assignment, what it gains (+) and what it must revoke (-). With an eager
 // assignor every member revokes everything it owned before the rebalance.
+// With a cooperative one, a member gaining what it revoked in the previous
+// rebalance is printed as "handed back" (a needless revocation, unless
+// conflicting claims forced it).
 func (g *group) assign(a Assignor) (string, error) {
 	subs := g.subscriptions()
 	res, err := a.Assign(g.topics, subs)
@@ -218,6 +224,8 @@ func (g *group) assign(a Assignor) (string, error) {
 	out := []string{fmt.Sprintf("generation %d (%s)", g.gen, a.Name())}
 	changed := false
 	assigned := map[TopicPartition]bool{}
+	revoked := map[MemberID][]TopicPartition{}
+	var handedBack []string
 	for _, s := range subs {
 		m := g.members[s.Member]
 		got := res[s.Member]
@@ -238,12 +246,20 @@ func (g *group) assign(a Assignor) (string, error) {
 			changed = true
 		}
 		out = append(out, line)
+		if Cooperative(a) {
+			revoked[s.Member] = revoke
+			if back := diff(gain, diff(gain, g.revoked[s.Member])); len(back) > 0 {
+				handedBack = append(handedBack, fmt.Sprintf("handed back: %s gets %s, revoked in generation %d", s.Member, formatTPs(back), g.gen-1))
+			}
+		}
 		for _, tp := range got {
 			assigned[tp] = true
 		}
 		m.owned = slices.Clone(got)
 		m.gen = g.gen
 	}
+	g.revoked = revoked
+	out = append(out, handedBack...)
 	var unassigned []TopicPartition
 	for _, t := range sortedTopics(g.topics) {
 		for p := int32(0); p < g.topics[t]; p++ {

@@ -1,10 +1,5 @@
 package assign
 
-import (
-	"slices"
-	"strings"
-)
-
 // CooperativeSticky is the KIP-429 incremental cooperative sticky assignor.
 //
 // Algorithm, in order:
@@ -15,21 +10,48 @@ import (
 //     generation wins (the others are stale: they were fenced and must revoke
 //     it); when the highest generation is shared, nobody is trusted with it:
 //     it is withheld for this round so that every claimant revokes it, and it
-//     is assigned in the next one.
-//  2. Stickiness. Each valid owner keeps its partitions.
-//  3. Fill. Unowned partitions, in sorted order, go to the eligible member
-//     (subscribed to the topic) with the fewest partitions, ties by id.
-//  4. Balance. While some member has at least two partitions more than a
-//     member that could take one of them, one partition moves from the most
-//     loaded to the least loaded such member (preferring partitions given in
-//     step 3, so that no owned partition moves when a fresh one can). Each move
-//     lowers the sum of squared counts, so this ends; with identical
-//     subscriptions it ends balanced to within one with the fewest moves.
-//  5. Cooperation. A partition that some member claims is assigned in this
+//     is assigned in the next one. The winner is the partition's valid owner.
+//  2. Counts. How many partitions of each topic each member gets is the
+//     cheapest flow of a min-cost flow network (plan) whose costs are
+//     compared lexicographically: first the sum over members of their totals
+//     squared (the members as balanced as their subscriptions allow: with
+//     identical subscriptions, within one); then the number of validly owned
+//     partitions that go to another member (sticky: a member short of its
+//     count takes partitions nobody validly owns before anyone revokes one)
+//     and the sum over (member, topic) of the member's count in the topic
+//     squared (each topic split as evenly among its subscribers as the rest
+//     allows). The topic balance ranks before the moves when every member
+//     subscribes to the same topics, so each topic is then split to within
+//     one too (both hold at once), and after them otherwise, where splitting a
+//     topic can cost moves that total balance does not need (Kafka's sticky
+//     assignor chooses between its constrained and general paths on the same
+//     condition). Among the cheapest, the counts taken are the lexicographically
+//     largest in (member, topic) order, so the first members get the extra
+//     partitions.
+//  3. Partitions. Per topic, each owner keeps its lowest-numbered owned
+//     partitions up to its count; the rest, in partition order, go to the
+//     members still short, each partition p to the first of them from the
+//     (p mod n)-th of the topic's n subscribers on (a fixed preference that
+//     spreads a fresh topic round-robin).
+//  4. Cooperation. A partition that some member claims is assigned in this
 //     round only to its valid owner; if its target is another member, it is
-//     left out of this round's assignment: its claimants revoke it, and the rebalance they
-//     trigger (round two) hands it over. Round two moves nothing else, so a
-//     third round with no membership change is a no-op.
+//     left out of this round's assignment: its claimants revoke it, and the
+//     rebalance they trigger (round two) hands it over.
+//
+// Round two computes the same target, so it hands over exactly what round one
+// revoked and moves nothing else (and a third round with no membership change
+// is a no-op). Why: only the moves depend on what members own, and in round
+// two every member owns what round one left it, a subset of its target. The
+// target keeps all of that, which is the most any assignment can keep, so
+// every cheapest assignment of round two keeps it too and ties with the
+// target on the other costs; such an assignment keeps in round one at least
+// as much as round one's target kept, so it was among round one's cheapest as
+// well, and the same tie-break picks the same counts. Step 3 then picks the
+// same partitions: owners keep what they hold, and for each partition revoked
+// in round one the greedy makes the same choice, because the members it
+// prefers to that choice had no room left then and have none now. So a
+// partition revoked in round one is never handed back to the member that
+// revoked it, unless a conflicting claim forced the revocation.
 //
 // Partitions of topics nobody subscribes to are left unassigned. Subscribed
 // topics missing from partitions are ignored.
@@ -49,6 +71,38 @@ func (CooperativeSticky) Assign(partitions map[string]int32, subs []Subscription
 		return nil, err
 	}
 	subs = sortedSubs(subs)
+	r, err := planRound(partitions, subs)
+	if err != nil {
+		return nil, err
+	}
+
+	// 4. Cooperation.
+	out := emptyAssignment(subs)
+	for _, tp := range r.all {
+		m, ok := r.target[tp]
+		if !ok {
+			continue
+		}
+		if len(r.claims[tp]) > 0 && r.owner[tp] != m {
+			continue // its claimants revoke it first; round two hands it over
+		}
+		out[m] = append(out[m], tp)
+	}
+	return out, nil
+}
+
+// stickyRound is what one cooperative-sticky rebalance computes before
+// leaving out the partitions that change owner.
+type stickyRound struct {
+	all    []TopicPartition            // every partition of a subscribed topic, sorted
+	claims map[TopicPartition][]claim  // who claims each partition, valid or not
+	owner  map[TopicPartition]MemberID // valid owner, when there is one
+	target map[TopicPartition]MemberID // where each partition of all ends
+}
+
+// planRound runs steps 1 to 3 of CooperativeSticky on validated input, subs
+// sorted by member.
+func planRound(partitions map[string]int32, subs []Subscription) (*stickyRound, error) {
 	members := make([]MemberID, len(subs))
 	eligible := make(map[MemberID]map[string]bool, len(subs))
 	subscribed := map[string]bool{}
@@ -89,7 +143,6 @@ func (CooperativeSticky) Assign(partitions map[string]int32, subs []Subscription
 		}
 	}
 	owner := map[TopicPartition]MemberID{}
-	withheld := map[TopicPartition]bool{}
 	for tp, cs := range claims {
 		var valid []claim
 		for _, c := range cs {
@@ -110,103 +163,15 @@ func (CooperativeSticky) Assign(partitions map[string]int32, subs []Subscription
 				tie = true
 			}
 		}
-		if tie {
-			withheld[tp] = true
-		} else {
+		if !tie { // tied: no owner, so whoever gets it waits for every claimant to revoke
 			owner[tp] = best.member
 		}
 	}
 
-	// 2. Stickiness.
-	target := make(map[TopicPartition]MemberID, len(all))
-	count := make(map[MemberID]int, len(members))
-	for _, tp := range all {
-		if m, ok := owner[tp]; ok {
-			target[tp] = m
-			count[m]++
-		}
+	// 2 and 3. Counts and partitions.
+	target, err := plan(partitions, members, eligible, owner)
+	if err != nil {
+		return nil, err
 	}
-
-	// 3. Fill.
-	for _, tp := range all {
-		if _, ok := target[tp]; ok || withheld[tp] {
-			continue
-		}
-		var best MemberID
-		found := false
-		for _, m := range members {
-			if eligible[m][tp.Topic] && (!found || count[m] < count[best]) {
-				best, found = m, true
-			}
-		}
-		if found {
-			target[tp] = best
-			count[best]++
-		}
-	}
-
-	// 4. Balance.
-	for moveOne(all, members, eligible, owner, target, count) {
-	}
-
-	// 5. Cooperation.
-	out := emptyAssignment(subs)
-	for _, tp := range all {
-		m, ok := target[tp]
-		if !ok {
-			continue
-		}
-		if len(claims[tp]) > 0 && owner[tp] != m {
-			continue // its claimants revoke it first; round two hands it over
-		}
-		out[m] = append(out[m], tp)
-	}
-	return out, nil
-}
-
-// moveOne performs one balancing move and reports whether it found one.
-func moveOne(all []TopicPartition, members []MemberID, eligible map[MemberID]map[string]bool,
-	owner, target map[TopicPartition]MemberID, count map[MemberID]int) bool {
-	givers := slices.Clone(members)
-	slices.SortStableFunc(givers, func(a, b MemberID) int {
-		if count[a] != count[b] {
-			return count[b] - count[a]
-		}
-		return strings.Compare(string(a), string(b))
-	})
-	takers := slices.Clone(members)
-	slices.SortStableFunc(takers, func(a, b MemberID) int {
-		if count[a] != count[b] {
-			return count[a] - count[b]
-		}
-		return strings.Compare(string(a), string(b))
-	})
-	for _, from := range givers {
-		for _, to := range takers {
-			if count[from]-count[to] < 2 {
-				break // the rest are at least as loaded
-			}
-			// Prefer a partition not owned by from (fresh), then the last one.
-			var pick TopicPartition
-			found, fresh := false, false
-			for _, tp := range all {
-				if target[tp] != from || !eligible[to][tp.Topic] {
-					continue
-				}
-				f := owner[tp] != from
-				if !found || f || !fresh {
-					pick, found = tp, true
-					fresh = fresh || f
-				}
-			}
-			if !found {
-				continue
-			}
-			target[pick] = to
-			count[from]--
-			count[to]++
-			return true
-		}
-	}
-	return false
+	return &stickyRound{all: all, claims: claims, owner: owner, target: target}, nil
 }

@@ -167,7 +167,10 @@ func (b *Broker) openReplica(name string, w wantReplica) error {
 		Observer:               b.observer,
 		LeaderAddress:          b.brokerAddress,
 		OnReport:               b.reports.add,
-		Logger:                 b.cfg.Logger,
+		PreviousISR: func() []metadata.BrokerID {
+			return slices.Clone(b.partitionState(w.topic, w.id, w.partition).ISR)
+		},
+		Logger: b.cfg.Logger,
 	})
 	if err != nil {
 		trans.Close()
@@ -178,6 +181,19 @@ func (b *Broker) openReplica(name string, w wantReplica) error {
 	b.byRaft[r.Raft()] = r
 	b.mu.Unlock()
 	return nil
+}
+
+// partitionState returns what the controller's metadata, as this broker has
+// applied it, records for one partition of topic incarnation id (zero if
+// none). Safe from any goroutine; it holds the metadata's read lock briefly.
+func (b *Broker) partitionState(topic string, id metadata.TopicID, p int32) metadata.PartitionState {
+	var ps metadata.PartitionState
+	b.meta.View(func(s *metadata.State) {
+		if t, ok := s.Topics[topic]; ok && t.ID == id && int(p) < len(t.Partitions) {
+			ps = t.Partitions[p]
+		}
+	})
+	return ps
 }
 
 // brokerAddress returns a broker's advertised client address ("" if unknown).
@@ -222,12 +238,7 @@ func (b *Broker) resendStaleReports() {
 		}
 		st := r.Status()
 		c := r.Config()
-		var have metadata.PartitionState
-		b.meta.View(func(s *metadata.State) {
-			if t, ok := s.Topics[c.Topic]; ok && t.ID == c.TopicID && int(c.Partition) < len(t.Partitions) {
-				have = t.Partitions[c.Partition]
-			}
-		})
+		have := b.partitionState(c.Topic, c.TopicID, c.Partition)
 		if have.Leader != b.cfg.ID || have.Epoch != int64(st.Term) || !slices.Equal(have.ISR, isr) {
 			b.reports.add(replication.Report{Topic: c.Topic, TopicID: c.TopicID, Partition: c.Partition, Leader: b.cfg.ID, Epoch: int64(st.Term), ISR: isr})
 		}

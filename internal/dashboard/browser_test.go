@@ -4,8 +4,10 @@ package dashboard_test
 // that streams a fixed snapshot (every part of the page, a snapshot with
 // every field missing, the actions' payloads, an error shown in a toast, an
 // event stream that drops and comes back), and once against a real
-// `cluster up --demo` (3 brokers, a producer and two consumers started from
-// the page, a consumer crashed and a partition leader killed from the page).
+// `cluster up --demo` (the page refused under a rebinding name and unable
+// to act without the token, then opened through the printed token URL: 3
+// brokers, a producer and two consumers started from the page, a consumer
+// crashed and a partition leader killed from the page).
 // Both skip when no Chromium or Chrome is installed (.ci/run installs
 // Debian's chromium). Each step saves a screenshot under the test's
 // temporary directory, or under $TAPES_BROWSER_SCREENSHOTS when set (kept).
@@ -19,6 +21,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +36,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/tapes-dev/tapes/internal/eventually"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
@@ -59,6 +63,10 @@ func needChrome(t *testing.T) string {
 	return p
 }
 
+// rebindHost is a foreign site's name that the browser resolves to
+// 127.0.0.1 (DNS rebinding).
+const rebindHost = "rebind.test"
+
 // page is one headless browser tab and the test that drives it.
 type page struct {
 	t     *testing.T
@@ -80,6 +88,8 @@ func newPage(t *testing.T, chrome string, limit time.Duration) *page {
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
 		chromedp.WindowSize(1500, 1100),
+		// A name that resolves to the page, as a rebinding domain does.
+		chromedp.Flag("host-resolver-rules", "MAP "+rebindHost+" 127.0.0.1"),
 	)
 	root, cancelRoot := context.WithTimeout(context.Background(), limit)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(root, opts...)
@@ -348,9 +358,8 @@ func (f *fakeServer) drop() {
 	}
 }
 
-func (f *fakeServer) lastAction() map[string]any {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// lastActionLocked is the last action received (nil: none). f.mu held.
+func (f *fakeServer) lastActionLocked() map[string]any {
 	if len(f.actions) == 0 {
 		return nil
 	}
@@ -360,21 +369,19 @@ func (f *fakeServer) lastAction() map[string]any {
 // waitAction waits until the server received an action named name.
 func (f *fakeServer) waitAction(t *testing.T, name string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var a map[string]any
+	eventually.Nil(t, 10*time.Second, "the page to send a "+name+" action", func() error {
 		f.mu.Lock()
+		defer f.mu.Unlock()
 		for i := len(f.actions) - 1; i >= 0; i-- {
 			if f.actions[i]["action"] == name {
-				a := f.actions[i]
-				f.mu.Unlock()
-				return a
+				a = f.actions[i]
+				return nil
 			}
 		}
-		f.mu.Unlock()
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("the page sent no %s action (last: %v)", name, f.lastAction())
-	return nil
+		return fmt.Errorf("last action: %v", f.lastActionLocked())
+	})
+	return a
 }
 
 func TestBrowserPageFakeServer(t *testing.T) {
@@ -567,7 +574,34 @@ func TestBrowserLiveCluster(t *testing.T) {
 	t.Cleanup(cleanup)
 	url, _ := startClusterUp(t, binDir)
 	p := newPage(t, chrome, 8*time.Minute)
+	u, err := neturl.Parse(url)
+	if err != nil || u.Query().Get("token") == "" {
+		t.Fatalf("the live page URL %s carries no token (%v)", url, err)
+	}
+	base := "http://" + u.Host + "/"
+
+	// 0. Other sites. A name that resolves here (DNS rebinding) is refused,
+	// even with the token; the page opened without the token shows the
+	// cluster but cannot act: its kill is refused with the reason.
+	rebound := *u
+	rebound.Host = rebindHost + ":" + u.Port()
+	p.navigate(rebound.String())
+	p.wait("the refusal of a page under a foreign name", `document.body.textContent.includes('DNS rebinding')`, 10*time.Second)
+	p.shot("rebinding-refused")
+	p.navigate(base)
+	p.wait("broker-3 running, seen without the token", `(() => { const b = document.querySelector('#brokers [data-broker="broker-3"]'); return b && b.dataset.state === 'running' })()`, 60*time.Second)
+	p.click(`#brokers [data-action="kill"][data-name="broker-3"]`)
+	p.wait("the kill refused for want of the token", `[...document.querySelectorAll('.toast.error')].some(t => t.textContent.includes('kill broker-3') && t.textContent.includes('no token'))`, 20*time.Second)
+	p.shot("no-token-refused")
+	if st := evalJS[string](p, `document.querySelector('#brokers [data-broker="broker-3"]').dataset.state`); st != "running" {
+		t.Fatalf("broker-3 is %s after a refused kill", st)
+	}
+
+	// The URL that cluster up printed: the page acts from now on.
 	p.navigate(url)
+	if got := evalJS[string](p, `location.href`); got != base {
+		t.Errorf("after the token URL the page is at %s, want %s (the token out of the address bar)", got, base)
+	}
 
 	// 1. Three brokers and the three tapes of orders, each with a leader.
 	p.wait("3 brokers and the 3 tapes of orders", `document.querySelectorAll('#brokers [data-broker]').length === 3 &&

@@ -14,14 +14,22 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/eventually"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
-// postAction posts an action and returns the HTTP status and the answer.
-func postAction(t *testing.T, base string, a map[string]any) (int, map[string]any) {
+// postAction posts an action with the page's token, as a script does, and
+// returns the HTTP status and the answer.
+func postAction(t *testing.T, base, token string, a map[string]any) (int, map[string]any) {
 	t.Helper()
 	body, _ := json.Marshal(a)
-	resp, err := http.Post(base+"/api/action", "application/json", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, base+"/api/action", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(TokenHeader, token)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,26 +61,24 @@ func getState(t *testing.T, base string) (*Snapshot, []Entry) {
 // waitState polls /api/state until cond holds.
 func waitState(t *testing.T, base, what string, d time.Duration, cond func(s *Snapshot) bool) *Snapshot {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		s, _ := getState(t, base)
+	var s *Snapshot
+	eventually.Nil(t, d, what, func() error {
+		s, _ = getState(t, base)
 		if cond(s) {
-			return s
+			return nil
 		}
-		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(s, "", " ")
-			if len(b) > 6000 {
-				b = b[:6000]
-			}
-			t.Fatalf("timed out after %v waiting for %s; state:\n%s", d, what, b)
+		b, _ := json.MarshalIndent(s, "", " ")
+		if len(b) > 6000 {
+			b = b[:6000]
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("state:\n%s", b)
+	})
+	return s
 }
 
-func mustOK(t *testing.T, base string, a map[string]any) string {
+func mustOK(t *testing.T, base, token string, a map[string]any) string {
 	t.Helper()
-	code, out := postAction(t, base, a)
+	code, out := postAction(t, base, token, a)
 	if code != http.StatusOK || out["ok"] != true {
 		t.Fatalf("%v: %d %v", a, code, out)
 	}
@@ -121,7 +127,7 @@ func TestLiveCluster(t *testing.T) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	base := "http://" + lis.Addr().String()
+	base, token := "http://"+lis.Addr().String(), srv.Token()
 
 	s := waitState(t, base, "3 brokers and the tapes of orders", 20*time.Second, func(s *Snapshot) bool {
 		return len(s.Brokers) == 3 && len(s.Topics) == 1 && len(s.Topics[0].Partitions) == 3 && s.Topics[0].Partitions[0].Leader > 0
@@ -130,10 +136,10 @@ func TestLiveCluster(t *testing.T) {
 		t.Fatalf("describeTopics:\n%s", s.DescribeTopics)
 	}
 
-	if msg := mustOK(t, base, map[string]any{"action": "producer-start", "rate": 200, "acks": "all", "idempotent": true}); !strings.Contains(msg, "producer-1") {
+	if msg := mustOK(t, base, token, map[string]any{"action": "producer-start", "rate": 200, "acks": "all", "idempotent": true}); !strings.Contains(msg, "producer-1") {
 		t.Fatalf("producer-start: %q", msg)
 	}
-	if msg := mustOK(t, base, map[string]any{"action": "consumer-start", "recordsPerPoll": 10}); !strings.Contains(msg, "consumer-1") {
+	if msg := mustOK(t, base, token, map[string]any{"action": "consumer-start", "recordsPerPoll": 10}); !strings.Contains(msg, "consumer-1") {
 		t.Fatalf("consumer-start: %q", msg)
 	}
 	s = waitState(t, base, "the producer, the consumer, the group, the sink", 60*time.Second, func(s *Snapshot) bool {
@@ -164,13 +170,13 @@ func TestLiveCluster(t *testing.T) {
 	}
 
 	// Members: refused, as the CLI refuses.
-	code, out := postAction(t, base, map[string]any{"action": "reset-offsets", "group": "demo", "topic": "orders", "partition": 0, "offset": 0})
+	code, out := postAction(t, base, token, map[string]any{"action": "reset-offsets", "group": "demo", "topic": "orders", "partition": 0, "offset": 0})
 	if code != http.StatusConflict || !strings.Contains(fmt.Sprint(out["error"]), "reset-offsets: group demo has 1 active member") {
 		t.Fatalf("reset-offsets with a member: %d %v", code, out)
 	}
 
 	// A one-way cut: what broker-1 sends to broker-2.
-	mustOK(t, base, map[string]any{"action": "cut", "from": "broker-1", "to": "broker-2", "oneWay": true})
+	mustOK(t, base, token, map[string]any{"action": "cut", "from": "broker-1", "to": "broker-2", "oneWay": true})
 	waitState(t, base, "the one-way cut on the links", 5*time.Second, func(s *Snapshot) bool {
 		modes := map[string]string{}
 		for _, l := range s.Links {
@@ -178,14 +184,14 @@ func TestLiveCluster(t *testing.T) {
 		}
 		return modes["broker-2>broker-1"] == "drop-back" && modes["broker-1>broker-2"] == "drop-forward" && modes["broker-1>broker-3"] == "pass"
 	})
-	mustOK(t, base, map[string]any{"action": "heal"})
+	mustOK(t, base, token, map[string]any{"action": "heal"})
 
-	mustOK(t, base, map[string]any{"action": "consumer-stop", "name": "consumer-1"})
+	mustOK(t, base, token, map[string]any{"action": "consumer-stop", "name": "consumer-1"})
 	waitState(t, base, "consumer-1 stopped", 20*time.Second, func(s *Snapshot) bool {
 		return len(s.Consumers) == 1 && s.Consumers[0].State == "stopped"
 	})
 	// Without members the reset is done (and clamped to the log).
-	msg := mustOK(t, base, map[string]any{"action": "reset-offsets", "group": "demo", "topic": "orders", "partition": 0, "offset": 0})
+	msg := mustOK(t, base, token, map[string]any{"action": "reset-offsets", "group": "demo", "topic": "orders", "partition": 0, "offset": 0})
 	if !strings.Contains(msg, "orders-0 reset to offset 0") {
 		t.Fatalf("reset-offsets: %q", msg)
 	}
@@ -193,7 +199,7 @@ func TestLiveCluster(t *testing.T) {
 		return len(s.Groups) == 1 && s.Groups[0].Committed["orders"][0] == 0
 	})
 
-	mustOK(t, base, map[string]any{"action": "producer-stop", "name": "producer-1"})
+	mustOK(t, base, token, map[string]any{"action": "producer-stop", "name": "producer-1"})
 	waitState(t, base, "producer-1 stopped", 20*time.Second, func(s *Snapshot) bool {
 		return len(s.Producers) == 1 && s.Producers[0].State == "stopped"
 	})

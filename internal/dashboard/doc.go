@@ -112,14 +112,19 @@
 // watermark, holds another event_id or nothing: the leader that
 // acknowledged it was deposed and its log truncated.
 //
-// POST /api/action takes {"action": NAME, ...} with Content-Type
-// application/json (and, when the browser sends an Origin, from this
-// server's own page: another site's page cannot drive the cluster through
-// the user's browser) and answers
+// Every request must name the page's own address in its Host header
+// (127.0.0.1, localhost or [::1], the listener's IP or Config.Host, with
+// the port; else 403, whatever the path: DNS rebinding). POST /api/action
+// takes {"action": NAME, ...} with Content-Type application/json, the
+// launch's token (Server.Token: the X-Tapes-Token header, or the cookie
+// that GET /?token=T sets) and, when the browser sends an Origin, from
+// this server's own page (see guard.go: another site's page cannot drive
+// the cluster through the user's browser), and answers
 // {"ok":true,"message":"..."} or an HTTP error status with
 // {"ok":false,"error":"..."} whose text starts with the Kafka error name
 // when there is one. A malformed or invalid request is 400 and nothing is
-// done; another content type 415, a foreign Origin 403; an unknown
+// done; another content type 415, a foreign Origin or a missing or wrong
+// token 403; an unknown
 // process 404; a conflict with the cluster's state (not running, a group
 // with members, an experiment already running) 409.
 //

@@ -54,16 +54,25 @@ type Config struct {
 	// KeepAlive is how often an idle event stream gets a comment (default
 	// DefaultKeepAlive).
 	KeepAlive time.Duration
+	// Token is the secret every action must carry (see guard.go); "": New
+	// chooses a random one (Server.Token returns it).
+	Token string
+	// Host is a name the page is also called by, besides the loopback
+	// names and the listener's IP (the host `--web-listen` names); "":
+	// none.
+	Host string
 }
 
 // Server serves the live page of one cluster. Create it with New and run
 // it with Serve.
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	hub  *hub
-	src  source
-	diff *differ
+	cfg Config
+	log *slog.Logger
+	// token is cfg.Token or the one chosen by newServer; fixed.
+	token string
+	hub   *hub
+	src   source
+	diff  *differ
 	// exec carries out a validated action (the real one, or a test's).
 	exec func(ctx context.Context, a *action) (string, error)
 	// runsDir is served at /runs/ ("" : nothing).
@@ -116,15 +125,25 @@ func newServer(cfg Config, src source) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, hub: newHub(cfg.PollInterval), src: src, diff: newDiffer()}
+	token := cfg.Token
+	if token == "" {
+		token = newToken()
+	}
+	s := &Server{cfg: cfg, log: log, token: token, hub: newHub(cfg.PollInterval), src: src, diff: newDiffer()}
 	s.exec = func(context.Context, *action) (string, error) {
 		return "", httpErrorf(http.StatusServiceUnavailable, "no cluster to act on")
 	}
 	return s
 }
 
-// handler returns the page's HTTP handler; done ends the event streams.
-func (s *Server) handler(done <-chan struct{}) http.Handler {
+// Token returns the secret of this launch that actions must carry: put in
+// the page URL (PageURL), or sent in the X-Tapes-Token header.
+func (s *Server) Token() string { return s.token }
+
+// handler returns the page's HTTP handler for a listener on addr; done
+// ends the event streams.
+func (s *Server) handler(addr net.Addr, done <-chan struct{}) http.Handler {
+	g := newHostGuard(addr, s.cfg.Host)
 	mux := http.NewServeMux()
 	static, err := fs.Sub(staticFiles, "static")
 	if err != nil {
@@ -137,11 +156,13 @@ func (s *Server) handler(done <-chan struct{}) http.Handler {
 	mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
 		s.hub.stream(w, r, s.cfg.KeepAlive, done)
 	})
-	mux.HandleFunc("POST /api/action", s.serveAction)
+	mux.HandleFunc("POST /api/action", func(w http.ResponseWriter, r *http.Request) {
+		s.serveAction(w, r, g.port)
+	})
 	if s.runsDir != "" {
 		mux.Handle("GET /runs/", noCache(http.StripPrefix("/runs/", http.FileServer(http.Dir(s.runsDir)))))
 	}
-	return mux
+	return s.guard(g, mux)
 }
 
 func noCache(h http.Handler) http.Handler {
@@ -164,12 +185,11 @@ func (s *Server) serve(ctx context.Context, lis net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() { s.src.run(ctx, s.hub.add) })
 	s.publish(time.Now()) // a first state before anyone asks
-	wg.Go(func() { s.pollLoop(ctx) })
+	wg.Go(func() { s.run(ctx) })
 
 	srv := &http.Server{
-		Handler:           s.handler(ctx.Done()),
+		Handler:           s.handler(lis.Addr(), ctx.Done()),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
@@ -190,6 +210,17 @@ func (s *Server) serve(ctx context.Context, lis net.Listener) error {
 		err = nil
 	}
 	return err
+}
+
+// run does the server's background work until ctx ends: the source's
+// own, and publishing the state every PollInterval. Serve runs it (after
+// a first publish); the stream tests run it in a synctest bubble, without
+// the network.
+func (s *Server) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { s.src.run(ctx, s.hub.add) })
+	s.pollLoop(ctx)
+	wg.Wait()
 }
 
 // pollLoop publishes the state every PollInterval.
@@ -245,7 +276,8 @@ func (s *Server) serveState(w http.ResponseWriter, _ *http.Request) {
 // maxActionBody bounds a POST /api/action body.
 const maxActionBody = 64 << 10
 
-// sameOrigin refuses what another site's page could make a browser send:
+// sameOrigin refuses what another site's page could make a browser send
+// (see guard.go for the Host and the token):
 // an action must be JSON (a cross-site request with that content type
 // needs a CORS preflight, which this server never approves) and, when the
 // browser names the page it comes from, come from this server's own page.
@@ -261,10 +293,13 @@ func sameOrigin(r *http.Request) error {
 	return nil
 }
 
-// serveAction is POST /api/action.
-func (s *Server) serveAction(w http.ResponseWriter, r *http.Request) {
+// serveAction is POST /api/action of the page on port.
+func (s *Server) serveAction(w http.ResponseWriter, r *http.Request, port string) {
 	var body []byte
 	err := sameOrigin(r)
+	if err == nil {
+		err = s.authorized(r, port)
+	}
 	if err == nil {
 		body, err = io.ReadAll(io.LimitReader(r.Body, maxActionBody+1))
 		if err == nil && len(body) > maxActionBody {

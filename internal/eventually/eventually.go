@@ -40,6 +40,12 @@ func Nil(t testing.TB, within time.Duration, what string, f func() error) {
 // returns f's last error (nil once it succeeded). For helpers that report
 // the failure themselves.
 func Wait(within time.Duration, f func() error) error {
+	return WaitEvery(within, Interval, f)
+}
+
+// WaitEvery is Wait trying every `every` instead of every Interval, for
+// conditions that are costly to check (a round of RPCs to every broker).
+func WaitEvery(within, every time.Duration, f func() error) error {
 	deadline := time.Now().Add(within)
 	for {
 		err := f()
@@ -49,6 +55,6 @@ func Wait(within time.Duration, f func() error) error {
 		if !time.Now().Before(deadline) {
 			return err
 		}
-		time.Sleep(Interval)
+		time.Sleep(every)
 	}
 }

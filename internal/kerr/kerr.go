@@ -37,6 +37,9 @@ const (
 	InvalidRequest               Code = "INVALID_REQUEST"
 	KafkaStorageError            Code = "KAFKA_STORAGE_ERROR"
 	PolicyViolation              Code = "POLICY_VIOLATION"
+	// Record batches as Kafka clients send them (internal/kafkawire).
+	InvalidRecord              Code = "INVALID_RECORD"
+	UnsupportedCompressionType Code = "UNSUPPORTED_COMPRESSION_TYPE"
 	// Consumer groups.
 	CoordinatorNotAvailable Code = "COORDINATOR_NOT_AVAILABLE"
 	NotCoordinator          Code = "NOT_COORDINATOR"
@@ -90,7 +93,8 @@ func (c Code) grpcCode() codes.Code {
 		return codes.OutOfRange
 	case RecordTooLarge, InvalidTopic, InvalidRequiredAcks, InvalidPartitions,
 		InvalidReplicationFactor, InvalidConfig, InvalidRequest, CorruptMessage, MemberIDRequired,
-		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID, PolicyViolation:
+		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID, InvalidRecord, UnsupportedCompressionType,
+		PolicyViolation:
 		return codes.InvalidArgument
 	case RequestTimedOut:
 		return codes.DeadlineExceeded

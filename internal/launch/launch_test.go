@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/eventually"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/launch/launchtest"
 )
@@ -510,14 +511,9 @@ func TestKilledLauncherLeavesNoBroker(t *testing.T) {
 			}
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
 	for _, p := range brokers {
-		for alive(p.PID) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s (pid %d) outlived its launcher", p.Name, p.PID)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		eventually.True(t, 10*time.Second, fmt.Sprintf("%s (pid %d) to die with its launcher", p.Name, p.PID),
+			func() bool { return !alive(p.PID) })
 	}
 	// The directory is free again: the lock died with the launcher, and the
 	// pids it left in cluster.json are gone.

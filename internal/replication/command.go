@@ -60,10 +60,12 @@ func decodeCmd(data []byte) (decodedCmd, error) {
 }
 
 // peekBatchCmd returns the request id and record count of a batch entry
-// without validating it; ok is false for any other entry.
-func peekBatchCmd(data []byte) (requestID uint64, count int, ok bool) {
+// without validating it, and whether it is a plain batch (no producer id:
+// the FSM appends all of it); ok is false for any other entry.
+func peekBatchCmd(data []byte) (requestID uint64, count int, plain, ok bool) {
 	if len(data) < 9 || data[0] != cmdBatch {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
-	return binary.BigEndian.Uint64(data[1:9]), storage.Batch(data[9:]).Count(), true
+	b := storage.Batch(data[9:])
+	return binary.BigEndian.Uint64(data[1:9]), b.Count(), b.Producer().ID < 0, true
 }

@@ -99,6 +99,10 @@ var (
 	ErrBadTiming = errors.New("invalid raft timing")
 	// ErrClosed: the replica was closed.
 	ErrClosed = errors.New("replica closed")
+	// ErrStorageFailed: the partition log failed to store a committed
+	// entry (an I/O error); the replica stopped applying and serving until
+	// its broker restarts. Clients see KAFKA_STORAGE_ERROR.
+	ErrStorageFailed = errors.New("partition storage failed")
 )
 
 // ServerID is the Raft id (and address) of a broker: its id in decimal. The
@@ -177,5 +181,15 @@ type Config struct {
 	// held) when this replica becomes a ready leader or its ISR changes. It
 	// must not block.
 	OnReport func(Report)
-	Logger   *slog.Logger
+	// PreviousISR, if set, returns the ISR the controller last recorded for
+	// this partition (nil if none). A new leader calls it, from its own
+	// goroutine, once its Barrier is done: only those replicas keep a place
+	// in the ISR for a lag period; the others join by catching up. It must
+	// not block long.
+	PreviousISR func() []metadata.BrokerID
+	Logger      *slog.Logger
+
+	// wrapLog, if set, wraps what the FSM writes the partition log through
+	// (tests inject storage faults with it).
+	wrapLog func(logWriter) logWriter
 }

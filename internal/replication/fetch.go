@@ -151,7 +151,7 @@ func (r *Replica) Status() Status {
 	r.lead.mu.Lock()
 	if r.lead.readyTerm != 0 {
 		st.ReadyForClient = true
-		st.LogEnd = r.lead.nextOffset
+		st.LogEnd = r.lead.base + r.lead.pendingRecords
 		for _, id := range r.isrLocked(time.Now()) {
 			st.ISR = append(st.ISR, int32(id))
 		}

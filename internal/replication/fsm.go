@@ -26,15 +26,27 @@ type applyResult struct {
 // the log directly (storage.Log is safe for concurrent reads) and wait for
 // new data with changed().
 type fsm struct {
-	log    *storage.Log
+	log *storage.Log
+	// w is what Apply writes through: log itself, or a wrapper of it that
+	// fails on demand (tests).
+	w      logWriter
 	logger *slog.Logger
 	// producers is the idempotent producers' state; FSM goroutine only
 	// (and Open, before Raft starts).
 	producers *producerState
-	// onShort, if set, is told (on the FSM goroutine) when a batch entry of
-	// term appended fewer records than it carries (a duplicate or a refused
-	// batch), so the leader can correct its provisional acks=1 offsets.
-	onShort func(term uint64, missing int)
+	// onApplied, if set, is told (on the FSM goroutine) after each batch
+	// entry how many records it appended (fewer than it carries for a
+	// duplicate or a refused batch), so the leader can settle its
+	// provisional acks=1 offsets. It must not block.
+	onApplied func(term, index uint64, appended int)
+	// onFail, if set, is called once, on the FSM goroutine, when a storage
+	// I/O error takes this replica out (see fail). It must not block.
+	onFail func(err error)
+	// failed is the storage failure that took this replica out, nil while
+	// healthy. FSM goroutine only. Invariant: once set, Apply changes
+	// nothing and Snapshot refuses, so Raft never compacts away an entry
+	// the partition log does not hold; a restart re-applies them.
+	failed error
 
 	mu sync.Mutex
 	// notify is closed and replaced after every change of the log; long-poll
@@ -42,20 +54,20 @@ type fsm struct {
 	notify chan struct{}
 }
 
+// logWriter is what the FSM changes the partition log with.
+type logWriter interface {
+	Append(raftIndex uint64, b storage.Batch) (int64, error)
+	DeleteBefore(offset int64, raftIndex uint64) (int, error)
+}
+
 // newFSM returns the state machine over l, with the producer state rebuilt
 // from l's batch headers.
 func newFSM(l *storage.Log, logger *slog.Logger) (*fsm, error) {
-	f := &fsm{log: l, logger: logger, producers: newProducerState(), notify: make(chan struct{})}
+	f := &fsm{log: l, w: l, logger: logger, producers: newProducerState(), notify: make(chan struct{})}
 	if err := f.producers.rebuild(l); err != nil {
 		return nil, fmt.Errorf("rebuild producer state: %w", err)
 	}
 	return f, nil
-}
-
-func (f *fsm) short(term uint64, missing int) {
-	if f.onShort != nil && missing > 0 {
-		f.onShort(term, missing)
-	}
 }
 
 // changed returns a channel closed at the next change of the log.
@@ -72,10 +84,35 @@ func (f *fsm) wake() {
 	f.mu.Unlock()
 }
 
+// deterministic reports whether an error of the log's Append or
+// DeleteBefore comes from the entry itself, so that every replica meets it
+// alike (a corrupt or oversized batch, an entry already applied); any other
+// error is this replica's storage failing.
+func deterministic(err error) bool {
+	return errors.Is(err, storage.ErrCorruptBatch) || errors.Is(err, storage.ErrBatchTooLarge) || errors.Is(err, storage.ErrAlreadyApplied)
+}
+
+// fail takes the replica out after a storage I/O error at index: skipping
+// the entry and applying later ones would give every later record another
+// offset here than on the other replicas. From now on Apply changes
+// nothing and answers the failure; the replica stops serving (onFail).
+func (f *fsm) fail(index uint64, err error) applyResult {
+	f.failed = fmt.Errorf("%w at Raft index %d: %v", ErrStorageFailed, index, err)
+	f.logger.Error("partition storage failed: this replica stops applying and serving until its broker restarts", "index", index, "err", err)
+	if f.onFail != nil {
+		f.onFail(f.failed)
+	}
+	f.wake()
+	return applyResult{baseOffset: -1, err: f.failed}
+}
+
 // Apply implements raft.FSM. Entries at or below the log's last applied Raft
 // index are skipped: Raft replays everything after its last snapshot on
 // restart (NoSnapshotRestoreOnStart), and the log already holds them.
 func (f *fsm) Apply(l *raft.Log) interface{} {
+	if f.failed != nil {
+		return applyResult{baseOffset: -1, err: f.failed}
+	}
 	if l.Index <= f.log.LastRaftIndex() {
 		return applyResult{baseOffset: -1, err: storage.ErrAlreadyApplied}
 	}
@@ -86,29 +123,17 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 	}
 	switch cmd.kind {
 	case cmdBatch:
-		p, count := cmd.batch.Producer(), cmd.batch.Count()
-		if p.ID >= 0 {
-			dupBase, dup, err := f.producers.check(p, count)
-			if err != nil || dup {
-				f.short(l.Term, count)
-				return applyResult{baseOffset: dupBase, duplicate: dup, err: err}
-			}
+		res, appended := f.applyBatch(l.Index, cmd.batch)
+		if f.onApplied != nil {
+			f.onApplied(l.Term, l.Index, appended)
 		}
-		base, err := f.log.Append(l.Index, cmd.batch)
-		if err != nil {
-			if !errors.Is(err, storage.ErrAlreadyApplied) {
-				f.logger.Error("append failed", "index", l.Index, "err", err)
-			}
-			f.short(l.Term, count)
-			return applyResult{baseOffset: -1, err: err}
-		}
-		f.producers.record(p, count, base)
-		f.wake()
-		return applyResult{baseOffset: base}
+		return res
 	case cmdDeleteBefore:
-		n, err := f.log.DeleteBefore(cmd.offset, l.Index)
+		n, err := f.w.DeleteBefore(cmd.offset, l.Index)
 		if err != nil {
-			f.logger.Error("retention delete failed", "offset", cmd.offset, "err", err)
+			if !deterministic(err) {
+				return f.fail(l.Index, err)
+			}
 			return applyResult{baseOffset: -1, err: err}
 		}
 		f.producers.prune(f.log.StartOffset())
@@ -121,9 +146,36 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 	return applyResult{baseOffset: -1, err: fmt.Errorf("unhandled command kind %d", cmd.kind)}
 }
 
+// applyBatch applies one batch entry and says how many records it appended.
+func (f *fsm) applyBatch(index uint64, b storage.Batch) (applyResult, int) {
+	p, count := b.Producer(), b.Count()
+	if p.ID >= 0 {
+		dupBase, dup, err := f.producers.check(p, count)
+		if err != nil || dup {
+			return applyResult{baseOffset: dupBase, duplicate: dup, err: err}, 0
+		}
+	}
+	base, err := f.w.Append(index, b)
+	if err != nil {
+		if !deterministic(err) {
+			return f.fail(index, err), 0
+		}
+		if !errors.Is(err, storage.ErrAlreadyApplied) {
+			f.logger.Warn("batch refused", "index", index, "err", err)
+		}
+		return applyResult{baseOffset: -1, err: err}, 0
+	}
+	f.producers.record(p, count, base)
+	f.wake()
+	return applyResult{baseOffset: base}, count
+}
+
 // Snapshot implements raft.FSM: it pins the current segment files (quick);
 // Persist links them into the snapshot store (or streams them).
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	if f.failed != nil {
+		return nil, fmt.Errorf("no snapshot of a failed partition log: %w", f.failed)
+	}
 	s, err := f.log.Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot partition log: %w", err)
@@ -135,6 +187,9 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 // follower too far behind the leader's compacted Raft log is rebuilt so).
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	if f.failed != nil {
+		return fmt.Errorf("no restore into a failed partition log: %w", f.failed)
+	}
 	if err := f.log.Restore(rc); err != nil {
 		return fmt.Errorf("restore partition log: %w", err)
 	}

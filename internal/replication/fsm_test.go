@@ -98,15 +98,18 @@ func TestFSMReplayIsIdempotent(t *testing.T) {
 func TestCommandRoundTrip(t *testing.T) {
 	b := storage.EncodeBatch([]storage.Record{{Value: []byte("x")}, {Value: []byte("y")}})
 	data := encodeBatchCmd(42, b)
-	id, n, ok := peekBatchCmd(data)
-	if !ok || id != 42 || n != 2 {
-		t.Fatalf("peek = %d, %d, %v", id, n, ok)
+	id, n, plain, ok := peekBatchCmd(data)
+	if !ok || id != 42 || n != 2 || !plain {
+		t.Fatalf("peek = %d, %d, %v, %v", id, n, plain, ok)
+	}
+	if _, _, plain, _ := peekBatchCmd(encodeBatchCmd(0, storage.EncodeProducerBatch(storage.ProducerInfo{ID: 3}, []storage.Record{{Value: []byte("x")}}))); plain {
+		t.Fatal("an idempotent batch peeked as plain")
 	}
 	c, err := decodeCmd(encodeDeleteBeforeCmd(77))
 	if err != nil || c.kind != cmdDeleteBefore || c.offset != 77 {
 		t.Fatalf("decode delete = %+v, %v", c, err)
 	}
-	if _, _, ok := peekBatchCmd(encodeDeleteBeforeCmd(1)); ok {
+	if _, _, _, ok := peekBatchCmd(encodeDeleteBeforeCmd(1)); ok {
 		t.Fatal("a delete entry peeked as a batch")
 	}
 	if _, err := decodeCmd([]byte{9, 0, 0}); err == nil {

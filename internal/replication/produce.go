@@ -61,6 +61,9 @@ func (r *Replica) ReadyTerm() uint64 {
 // readyTerm returns the term in which this replica is a ready leader, or a
 // NOT_LEADER_OR_FOLLOWER error.
 func (r *Replica) readyTerm() (uint64, error) {
+	if err := r.storageErr(); err != nil {
+		return 0, err
+	}
 	if r.closed.Load() {
 		return 0, r.notLeader("is closing its replica")
 	}
@@ -83,8 +86,10 @@ func (r *Replica) readyTerm() (uint64, error) {
 //     before any follower has it; the offset is provisional.
 //   - acks=all: refused with NOT_ENOUGH_REPLICAS (nothing appended) when the
 //     ISR is smaller than min.insync.replicas; answered when Raft committed
-//     and applied the entry; NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR
-//     shrank below the minimum meanwhile.
+//     and applied the entry and at least min.insync.replicas members of the
+//     ISR (the leader counts) store it (awaitCopies);
+//     NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the
+//     minimum first.
 func (r *Replica) Produce(ctx context.Context, acks int, b storage.Batch) (ProduceResult, error) {
 	term, err := r.readyTerm()
 	if err != nil {
@@ -148,7 +153,7 @@ func (r *Replica) Produce(ctx context.Context, acks int, b storage.Batch) (Produ
 			if err != nil {
 				return ProduceResult{}, r.applyErr(err)
 			}
-			return r.committed(future, res, 0)
+			return r.committed(future, res)
 		case <-ctx.Done():
 			return ProduceResult{}, kerr.New(kerr.RequestTimedOut, "acks=1: the leader's log did not take the batch in time: %v", ctx.Err())
 		}
@@ -159,13 +164,21 @@ func (r *Replica) Produce(ctx context.Context, acks int, b storage.Batch) (Produ
 			}
 			return ProduceResult{}, r.applyErr(err)
 		}
-		return r.committed(future, res, minISR)
+		res, err := r.committed(future, res)
+		if err != nil {
+			return ProduceResult{}, err
+		}
+		if minISR > 1 {
+			if err := r.awaitCopies(ctx, term, future.Index(), minISR, res.BaseOffset); err != nil {
+				return ProduceResult{}, err
+			}
+		}
+		return res, nil
 	}
 }
 
-// committed reads the FSM's answer of a committed entry and applies the
-// after-append ISR check (minISR 0 skips it).
-func (r *Replica) committed(future raft.ApplyFuture, res ProduceResult, minISR int) (ProduceResult, error) {
+// committed reads the FSM's answer of a committed, applied entry.
+func (r *Replica) committed(future raft.ApplyFuture, res ProduceResult) (ProduceResult, error) {
 	ar, ok := future.Response().(applyResult)
 	if !ok {
 		return ProduceResult{}, kerr.New(kerr.UnknownServerError, "unexpected apply response %T", future.Response())
@@ -174,21 +187,20 @@ func (r *Replica) committed(future raft.ApplyFuture, res ProduceResult, minISR i
 		if _, ok := kerr.As(ar.err); ok {
 			return ProduceResult{}, ar.err // the producer state refused it
 		}
-		if errors.Is(ar.err, storage.ErrCorruptBatch) {
+		switch {
+		case errors.Is(ar.err, storage.ErrCorruptBatch):
 			return ProduceResult{}, kerr.New(kerr.CorruptMessage, "%v", ar.err)
+		case errors.Is(ar.err, storage.ErrBatchTooLarge):
+			return ProduceResult{}, kerr.New(kerr.RecordTooLarge, "%v", ar.err)
+		case errors.Is(ar.err, ErrStorageFailed):
+			return ProduceResult{}, kerr.New(kerr.KafkaStorageError, "the batch was committed by Raft, but broker %d could not store it in %s-%d and stops serving it (%v); the other replicas hold it",
+				r.cfg.LocalID, r.cfg.Topic, r.cfg.Partition, ar.err)
 		}
 		return ProduceResult{}, kerr.New(kerr.KafkaStorageError, "%v", ar.err)
 	}
 	res.BaseOffset = ar.baseOffset
 	res.Duplicate = ar.duplicate
 	res.LogStart = r.log.StartOffset()
-	if minISR > 0 {
-		if isr := r.ISR(); len(isr) < minISR {
-			e := kerr.New(kerr.NotEnoughReplicasAfterAppend, "batch committed at offset %d of %s-%d, but the ISR is now %s (%d), min.insync.replicas=%d",
-				ar.baseOffset, r.cfg.Topic, r.cfg.Partition, metadata.JoinIDs(isr), len(isr), minISR)
-			return ProduceResult{}, e
-		}
-	}
 	return res, nil
 }
 
@@ -196,6 +208,9 @@ func (r *Replica) committed(future raft.ApplyFuture, res ProduceResult, minISR i
 // after the entry was accepted is an unknown outcome: REQUEST_TIMED_OUT, not
 // NOT_LEADER_OR_FOLLOWER (which promises nothing was appended).
 func (r *Replica) applyErr(err error) error {
+	if serr := r.storageErr(); serr != nil {
+		return serr
+	}
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrRaftShutdown):
 		return r.notLeader("is not the leader")

@@ -33,6 +33,9 @@ type Replica struct {
 
 	lead leaderState
 
+	// failed is the storage failure that took the replica out (see
+	// storageFailed); nil while healthy. Set once, by the FSM goroutine.
+	failed    atomic.Pointer[error]
 	closed    atomic.Bool
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -44,22 +47,36 @@ type Replica struct {
 type leaderState struct {
 	mu sync.Mutex
 	// barrierTerm is the term whose Barrier is in flight or done; it keeps
-	// one term from issuing two.
+	// one term from issuing two. followers belong to it.
 	barrierTerm uint64
 	// readyTerm is the term in which this replica leads and has applied
 	// everything earlier terms committed; 0 when not a ready leader.
 	// Produce, Fetch and ListOffsets are refused unless readyTerm != 0.
 	readyTerm uint64
-	// nextOffset is the offset the next batch entry this leader writes to
-	// its Raft log will get when applied (acks=1's provisional offset).
-	// Invariant while readyTerm != 0: EndOffset of the log plus the records
-	// of every batch entry of readyTerm stored but not yet applied.
-	nextOffset int64
-	// waiters: acks=1 requests waiting for their entry to reach the local
-	// Raft log, by request id.
+	// The provisional offsets of acks=1 (see stored and appliedEntry).
+	// pending holds the batch entries of readyTerm stored in the leader's
+	// Raft log but not yet applied, in index order; base is the offset the
+	// first of them will get (the log end once every earlier entry is
+	// applied). Invariant: the first known entries of pending are exact
+	// (their record count is certain) and prefixEnd = base + their counts:
+	// pending[known], if any, starts at prefixEnd; the offsets of the
+	// entries after it are not known until it applies. pendingRecords is
+	// the records of all of pending as stored (Status's log end).
+	pending        []pendingEntry
+	known          int
+	base           int64
+	prefixEnd      int64
+	pendingRecords int64
+	// waiters: acks=1 requests waiting for their provisional offset, by
+	// request id.
 	waiters map[uint64]chan int64
-	// followers: progress of each other replica, valid while readyTerm != 0.
+	// followers: progress of each other replica in barrierTerm.
 	followers map[metadata.BrokerID]*followerProgress
+	// changed is closed and replaced when a follower progresses (only while
+	// awaiting > 0, the acks=all requests waiting for copies), the
+	// leadership changes or the replica fails.
+	changed  chan struct{}
+	awaiting int
 	// reportedISR is the ISR last passed to OnReport in readyTerm.
 	reportedISR []metadata.BrokerID
 	// lastRetention is when retention was last checked.
@@ -69,16 +86,18 @@ type leaderState struct {
 	readySince, lastTransfer time.Time
 }
 
-// followerProgress is a follower's log progress as the leader sees it from
-// its AppendEntries answers (hashicorp/raft exposes none).
-type followerProgress struct {
-	// match is the highest Raft index the follower is known to store.
-	// Invariant: only grows within a leadership term.
-	match uint64
-	// lastCaughtUp is the last time the follower's log reached the leader's
-	// log end (or the start of this leadership). The follower is in the ISR
-	// while now - lastCaughtUp <= ReplicaLagTimeMax.
-	lastCaughtUp time.Time
+// pendingEntry is a batch entry of the ready term in the leader's Raft log,
+// not yet applied.
+type pendingEntry struct {
+	index uint64
+	count int
+	// exact: the entry will append exactly count records (a plain batch,
+	// validated before it was proposed). An idempotent batch may apply short
+	// (a duplicate, or refused by the producer state), so the offsets after
+	// it are known only once it is applied.
+	exact bool
+	// waiter is the acks=1 request id still to be answered, 0 if none.
+	waiter uint64
 }
 
 var nextRequestID atomic.Uint64
@@ -109,9 +128,14 @@ func Open(cfg Config) (*Replica, error) {
 		l.Close()
 		return nil, err
 	}
-	r := &Replica{cfg: cfg, log: l, fsm: f, seq: newSequencer(), stop: make(chan struct{})}
-	f.onShort = r.shortEntry
+	if cfg.wrapLog != nil {
+		f.w = cfg.wrapLog(f.w)
+	}
+	r := &Replica{cfg: cfg, log: l, fsm: f, seq: newSequencer(maxSequencedProducers), stop: make(chan struct{})}
+	f.onApplied = r.appliedEntry
+	f.onFail = r.storageFailed
 	r.lead.waiters = map[uint64]chan int64{}
+	r.lead.changed = make(chan struct{})
 	if err := r.startRaft(); err != nil {
 		l.Close()
 		return nil, err
@@ -263,13 +287,12 @@ func (r *Replica) Delete() error {
 // serves anything; a replica that stopped leading drops its leader state.
 // The broker calls it from its observer goroutine; it does not block.
 func (r *Replica) CheckLeadership() {
-	if r.closed.Load() {
+	if r.closed.Load() || r.failed.Load() != nil {
 		return
 	}
 	if r.raft.State() != raft.Leader {
 		r.lead.mu.Lock()
-		r.lead.readyTerm = 0
-		r.lead.barrierTerm = 0
+		r.stopLeadingLocked()
 		r.lead.mu.Unlock()
 		return
 	}
@@ -281,16 +304,32 @@ func (r *Replica) CheckLeadership() {
 	}
 	r.lead.barrierTerm = term
 	r.lead.readyTerm = 0
+	r.startProgressLocked()
 	r.lead.mu.Unlock()
 	r.wg.Add(1)
 	go r.becomeReady(term)
 }
 
+// stopLeadingLocked drops the leader state: requests waiting for copies
+// are woken and answer. Caller holds lead.mu.
+func (r *Replica) stopLeadingLocked() {
+	if r.lead.readyTerm != 0 || r.lead.barrierTerm != 0 {
+		r.signalLocked()
+	}
+	r.lead.readyTerm = 0
+	r.lead.barrierTerm = 0
+	r.lead.pending = nil
+}
+
 func (r *Replica) becomeReady(term uint64) {
 	defer r.wg.Done()
 	err := waitFuture(r.stopContext(10*time.Second), r.raft.Barrier(10*time.Second))
+	var previous []metadata.BrokerID
+	if err == nil && r.cfg.PreviousISR != nil {
+		previous = r.cfg.PreviousISR()
+	}
 	r.lead.mu.Lock()
-	if err != nil || r.raft.CurrentTerm() != term || r.raft.State() != raft.Leader || r.closed.Load() {
+	if err != nil || r.raft.CurrentTerm() != term || r.raft.State() != raft.Leader || r.closed.Load() || r.failed.Load() != nil || r.lead.barrierTerm != term {
 		if r.lead.barrierTerm == term {
 			r.lead.barrierTerm = 0 // let the next check try again
 		}
@@ -303,17 +342,14 @@ func (r *Replica) becomeReady(term uint64) {
 	now := time.Now()
 	r.lead.readyTerm = term
 	r.lead.readySince = now
-	r.lead.nextOffset = r.log.EndOffset()
-	r.lead.followers = map[metadata.BrokerID]*followerProgress{}
-	for _, id := range r.cfg.Replicas {
-		if id != r.cfg.LocalID {
-			r.lead.followers[id] = &followerProgress{lastCaughtUp: now}
-		}
-	}
+	r.lead.pending, r.lead.known, r.lead.pendingRecords = nil, 0, 0
+	r.lead.base = r.log.EndOffset()
+	r.lead.prefixEnd = r.lead.base
+	r.graceLocked(now, previous)
 	isr := r.isrLocked(now)
 	r.lead.reportedISR = isr
 	r.lead.mu.Unlock()
-	r.cfg.Logger.Info("leading", "epoch", term, "log_end", r.log.EndOffset(), "isr", isr)
+	r.cfg.Logger.Info("leading", "epoch", term, "log_end", r.log.EndOffset(), "isr", isr, "previous_isr", previous)
 	r.report(term, isr)
 }
 
@@ -431,51 +467,6 @@ func (r *Replica) ISR() []metadata.BrokerID {
 	return r.isrLocked(time.Now())
 }
 
-// isrLocked: the leader, and every follower that caught up within
-// ReplicaLagTimeMax, in assignment order. Caller holds lead.mu.
-func (r *Replica) isrLocked(now time.Time) []metadata.BrokerID {
-	isr := make([]metadata.BrokerID, 0, len(r.cfg.Replicas))
-	for _, id := range r.cfg.Replicas {
-		if id == r.cfg.LocalID {
-			isr = append(isr, id)
-			continue
-		}
-		if f := r.lead.followers[id]; f != nil && now.Sub(f.lastCaughtUp) <= r.cfg.ReplicaLagTimeMax {
-			isr = append(isr, id)
-		}
-	}
-	return isr
-}
-
-// observeAppend records a follower's answer to AppendEntries. A follower has
-// caught up as of sentAt when the request carried the leader's whole tail:
-// fewer entries than MaxAppendEntries (hashicorp/raft sends everything up to
-// its last index, capped there), or its match reaches the current last index.
-func (r *Replica) observeAppend(peer raft.ServerID, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, sentAt time.Time) {
-	if !resp.Success {
-		return
-	}
-	match := req.PrevLogEntry + uint64(len(req.Entries))
-	id := BrokerOf(peer)
-	r.lead.mu.Lock()
-	defer r.lead.mu.Unlock()
-	if r.lead.readyTerm == 0 || req.Term != r.lead.readyTerm {
-		return
-	}
-	f := r.lead.followers[id]
-	if f == nil {
-		return
-	}
-	if match > f.match {
-		f.match = match
-	}
-	if len(req.Entries) < r.maxAppend || match >= r.raft.LastIndex() {
-		if sentAt.After(f.lastCaughtUp) {
-			f.lastCaughtUp = sentAt
-		}
-	}
-}
-
 // ackingStore wraps the Raft log store. On the leader, storing a batch entry
 // of the ready term is the moment acks=1 is answered: the record is in the
 // leader's own Raft log, before any follower has it.
@@ -495,7 +486,10 @@ func (s *ackingStore) StoreLogs(logs []*raft.Log) error {
 }
 
 // stored runs on Raft's leader (or follower) goroutine after entries reached
-// the local Raft log.
+// the local Raft log. On the ready leader each batch entry of its term joins
+// pending, and an acks=1 request waiting for it is answered with its offset
+// as soon as that is certain: at once, unless an earlier pending entry may
+// apply short (then when that one applies, see appliedEntry).
 func (r *Replica) stored(logs []*raft.Log) {
 	r.lead.mu.Lock()
 	defer r.lead.mu.Unlock()
@@ -506,27 +500,67 @@ func (r *Replica) stored(logs []*raft.Log) {
 		if l.Type != raft.LogCommand || l.Term != r.lead.readyTerm {
 			continue
 		}
-		id, count, ok := peekBatchCmd(l.Data)
+		id, count, exact, ok := peekBatchCmd(l.Data)
 		if !ok {
 			continue
 		}
-		base := r.lead.nextOffset
-		r.lead.nextOffset += int64(count)
-		if ch, ok := r.lead.waiters[id]; ok {
-			ch <- base
-			delete(r.lead.waiters, id)
+		r.lead.pending = append(r.lead.pending, pendingEntry{index: l.Index, count: count, exact: exact, waiter: id})
+		r.lead.pendingRecords += int64(count)
+		if r.lead.known == len(r.lead.pending)-1 {
+			r.settleLocked()
 		}
 	}
 }
 
-// shortEntry corrects the provisional next offset when a batch entry this
-// leader counted appended fewer records (a deduplicated or refused batch).
-func (r *Replica) shortEntry(term uint64, missing int) {
+// appliedEntry is the FSM's word (on its goroutine) that the batch entry at
+// index of term appended appended records: pending drops it and the offsets
+// after it become known.
+func (r *Replica) appliedEntry(term, index uint64, appended int) {
 	r.lead.mu.Lock()
-	if r.lead.readyTerm != 0 && term == r.lead.readyTerm {
-		r.lead.nextOffset -= int64(missing)
+	defer r.lead.mu.Unlock()
+	if r.lead.readyTerm == 0 || term != r.lead.readyTerm {
+		return
 	}
-	r.lead.mu.Unlock()
+	for len(r.lead.pending) > 0 && r.lead.pending[0].index <= index {
+		p := r.lead.pending[0]
+		r.lead.pending = r.lead.pending[1:]
+		r.lead.pendingRecords -= int64(p.count)
+		if p.index == index {
+			r.lead.base += int64(appended)
+		} else {
+			r.lead.base += int64(p.count) // not reported (cannot happen): as stored
+		}
+		if r.lead.known > 0 {
+			r.lead.known--
+			continue
+		}
+		r.lead.prefixEnd = r.lead.base
+		r.settleLocked()
+	}
+	if len(r.lead.pending) == 0 {
+		r.lead.pending = nil // let the backing array go
+	}
+}
+
+// settleLocked extends the known prefix of pending as far as it can,
+// answering each acks=1 waiter whose offset is now certain. Each entry is
+// passed once. Caller holds lead.mu.
+func (r *Replica) settleLocked() {
+	for r.lead.known < len(r.lead.pending) {
+		p := &r.lead.pending[r.lead.known]
+		if p.waiter != 0 {
+			if ch, ok := r.lead.waiters[p.waiter]; ok {
+				ch <- r.lead.prefixEnd
+				delete(r.lead.waiters, p.waiter)
+			}
+			p.waiter = 0
+		}
+		if !p.exact {
+			return
+		}
+		r.lead.prefixEnd += int64(p.count)
+		r.lead.known++
+	}
 }
 
 // waitFuture waits for a Raft future, bounded by ctx: hashicorp/raft's

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/eventually"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
@@ -131,13 +132,10 @@ func TestChaosCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "isolated broker-") {
 		t.Fatalf("isolate: %d\n%s", code, out)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for leaderOf() == old || leaderOf() < 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("orders-0 still led by the isolated broker %d", old)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	eventually.True(t, 20*time.Second, "orders-0 led by another broker than the isolated one", func() bool {
+		l := leaderOf()
+		return l != old && l >= 0
+	})
 	if code, out = chaosCmd(t, dir, "status"); !strings.Contains(out, "4 with faults") {
 		t.Fatalf("status after isolate: %d\n%s", code, out)
 	}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tapes-dev/tapes/internal/eventually"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/partitioner"
 	"github.com/tapes-dev/tapes/internal/producer"
@@ -519,19 +520,18 @@ func TestProducerKeepsKeyOrderWhenTheLeaderIsKilled(t *testing.T) {
 		"--linger", "2", "--batch-bytes", "4096", "--request-timeout", "3s", "--history", h, "--progress", "1s", "--log-level", "debug")
 	ctl := p.control()
 	leader := e.Partition("ordered", 0).LeaderId
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually.Nil(t, 30*time.Second, fmt.Sprintf("%d records acknowledged", total/4), func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		st, err := ctl.Status(ctx, &tapesv1.StatusRequest{})
-		cancel()
-		if err == nil && st.Acked >= total/4 {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d records acknowledged after 30s: %v, %v", total/4, st, err)
+		if st.Acked < total/4 {
+			return fmt.Errorf("%d acknowledged", st.Acked)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := e.C.Kill(testcluster.BrokerName(leader)); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package testcluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/eventually"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/launch"
 )
@@ -169,15 +171,18 @@ func (e *Env) Partition(topic string, p int32) *tapesv1.PartitionMetadata {
 	return md.Topics[0].Partitions[p]
 }
 
-// waitFor polls cond every 100ms until it holds or d passes.
+// WaitFor polls cond every 100ms until it holds or d passes, and fails the
+// test if it never does.
 func (e *Env) WaitFor(d time.Duration, what string, cond func() bool) {
 	e.T.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.T.Fatalf("timed out after %v waiting for %s", d, what)
+	err := eventually.WaitEvery(d, 100*time.Millisecond, func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(100 * time.Millisecond)
+		return errors.New("condition not met")
+	})
+	if err != nil {
+		e.T.Fatalf("timed out after %v waiting for %s", d, what)
 	}
 }
 
