@@ -60,6 +60,7 @@ var kafkaCodes = map[kerr.Code]*fkerr.Error{
 	kerr.NotController:                fkerr.NotController,
 	kerr.InvalidRequest:               fkerr.InvalidRequest,
 	kerr.KafkaStorageError:            fkerr.KafkaStorageError,
+	kerr.PolicyViolation:              fkerr.PolicyViolation,
 	kerr.InvalidRecord:                fkerr.InvalidRecord,
 	kerr.UnsupportedCompressionType:   fkerr.UnsupportedCompressionType,
 	kerr.CoordinatorNotAvailable:      fkerr.CoordinatorNotAvailable,
