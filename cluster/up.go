@@ -353,18 +353,16 @@ func ensureDemoTopic(ctx context.Context, addrs []string, progress io.Writer) (*
 		ReplicationFactor: int32(min(3, n)),
 		Configs:           map[string]string{"min.insync.replicas": fmt.Sprint(min(2, n))},
 	}
-	const pause = 200 * time.Millisecond
+	bo := client.NewBackoff(client.DefaultRetryBackoff, time.Second)
 	var last error
 	wait := func() error {
-		select {
-		case <-ctx.Done():
+		if err := bo.Wait(ctx); err != nil {
 			if last != nil {
-				return fmt.Errorf("topic %s: %w (last: %v)", demoTopic, ctx.Err(), last)
+				return fmt.Errorf("topic %s: %w (last: %v)", demoTopic, err, last)
 			}
-			return fmt.Errorf("topic %s: %w", demoTopic, ctx.Err())
-		case <-time.After(pause):
-			return nil
+			return fmt.Errorf("topic %s: %w", demoTopic, err)
 		}
+		return nil
 	}
 
 	// Create it through any broker that takes the request.

@@ -40,14 +40,47 @@ func lockDir(dir string) (*dirLock, error) {
 		}
 		return nil, fmt.Errorf("launch: lock %s: %w", path, err)
 	}
-	if err := f.Truncate(0); err == nil {
-		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	if err != nil {
+	if err := writePID(f, os.Getpid()); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("launch: write %s: %w", path, err)
 	}
 	return &dirLock{f: f}, nil
+}
+
+// lockFile is what writePID needs of the lock file (an *os.File; a fake in
+// tests, to make the writes fail).
+type lockFile interface {
+	Truncate(size int64) error
+	WriteAt(b []byte, off int64) (int, error)
+}
+
+// writePID replaces the lock file's content with pid and a newline.
+func writePID(f lockFile, pid int) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := f.WriteAt([]byte(strconv.Itoa(pid)+"\n"), 0)
+	return err
+}
+
+// Launcher reports the launcher that dir's lock file names: known is false
+// when dir has no lock file (no launcher ever ran there, or the cluster was
+// not started by one); otherwise pid is the launcher's PID (0 when the file
+// is empty: the last launcher stopped cleanly) and alive whether that
+// process still exists. It only reads the file: taking the lock, even for
+// a moment, could make a `cluster up` starting at the same time fail.
+// The operator commands call it to tell "the launcher is gone" from "the
+// cluster does not answer".
+func Launcher(dir string) (pid int, alive, known bool) {
+	b, err := os.ReadFile(filepath.Join(dir, LockName))
+	if err != nil {
+		return 0, false, false
+	}
+	pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, false, true
+	}
+	return pid, processAlive(pid), true
 }
 
 // release empties the file and drops the lock. The file stays: removing a
