@@ -21,30 +21,53 @@ type dirLock struct{ f *os.File }
 // lockDir takes the directory's lock without waiting. When another launcher
 // holds it the error wraps ErrLocked and names that launcher's PID.
 func lockDir(dir string) (*dirLock, error) {
-	path := filepath.Join(dir, LockName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, holder, err := LockPIDFile(filepath.Join(dir, LockName))
+	switch {
+	case errors.Is(err, ErrPIDFileLocked):
+		who := "another process"
+		if holder > 0 {
+			who = fmt.Sprintf("pid %d", holder)
+		}
+		return nil, fmt.Errorf("%w: %s: another launcher (%s), such as a `cluster up`, runs on it; stop that one first (Ctrl-C in its terminal) or use another directory",
+			ErrLocked, dir, who)
+	case err != nil:
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	return &dirLock{f: f}, nil
+}
+
+// ErrPIDFileLocked: LockPIDFile found the file locked by another process.
+var ErrPIDFileLocked = errors.New("locked by another process")
+
+// LockPIDFile takes an exclusive flock(2) on path (created if missing)
+// without waiting and writes this process's PID into it; the kernel drops
+// the lock when the process dies, however it dies. Keep the returned file
+// open for as long as the lock must hold. When another process holds it,
+// the error wraps ErrPIDFileLocked and holder is the PID that process wrote
+// (0 if unknown). The launcher locks its cluster directory with it, and
+// brokerd its data directory.
+func LockPIDFile(path string) (f *os.File, holder int, err error) {
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("launch: lock %s: %w", path, err)
+		return nil, 0, fmt.Errorf("lock %s: %w", path, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		defer f.Close()
+		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			holder := "another process"
 			if b, rerr := os.ReadFile(path); rerr == nil {
 				if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
-					holder = fmt.Sprintf("pid %d", pid)
+					holder = pid
 				}
 			}
-			return nil, fmt.Errorf("%w: %s: another launcher (%s), such as a `cluster up`, runs on it; stop that one first (Ctrl-C in its terminal) or use another directory",
-				ErrLocked, dir, holder)
+			return nil, holder, fmt.Errorf("%s: %w", path, ErrPIDFileLocked)
 		}
-		return nil, fmt.Errorf("launch: lock %s: %w", path, err)
+		return nil, 0, fmt.Errorf("lock %s: %w", path, err)
 	}
 	if err := writePID(f, os.Getpid()); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("launch: write %s: %w", path, err)
+		return nil, 0, fmt.Errorf("write %s: %w", path, err)
 	}
-	return &dirLock{f: f}, nil
+	return f, 0, nil
 }
 
 // lockFile is what writePID needs of the lock file (an *os.File; a fake in
