@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/client"
@@ -71,7 +70,7 @@ func (t *clusterTarget) client() (*client.Client, error) {
 	}
 	cfg := client.Config{Bootstrap: addrs, UnreachableAfter: unreachableAfter, UnreachableHint: hint}
 	if w := terminalStderr(); w != nil {
-		n := &retryNotices{w: w, every: noticeEvery, now: time.Now, deadline: time.Now().Add(t.timeout)}
+		n := &retryNotices{w: w, limit: client.RateLimit{Every: noticeEvery}, now: time.Now, deadline: time.Now().Add(t.timeout)}
 		cfg.OnRetry = n.notice
 	}
 	cl, err := client.New(cfg)
@@ -92,26 +91,20 @@ func terminalStderr() io.Writer {
 }
 
 // retryNotices prints what a command's client waits for
-// (client.Config.OnRetry), at most one line per every. notice is called
-// from the goroutines of the client's calls.
+// (client.Config.OnRetry), at most one line per limit.Every. notice is
+// called from the goroutines of the client's calls.
 type retryNotices struct {
 	w        io.Writer
-	every    time.Duration
+	limit    client.RateLimit
 	now      func() time.Time
 	deadline time.Time // when the command gives up (its --timeout)
-
-	mu   sync.Mutex
-	last time.Time // when the last line was printed; zero before the first
 }
 
 func (n *retryNotices) notice(r client.Retry) {
 	now := n.now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.last.IsZero() && now.Sub(n.last) < n.every {
+	if !n.limit.Due(now) {
 		return
 	}
-	n.last = now
 	left := max(n.deadline.Sub(now), 0).Round(time.Second)
 	if r.Unreachable != nil {
 		fmt.Fprintf(n.w, "waiting: no broker answers at %s yet (%s); giving up in %v\n", strings.Join(r.Unreachable, ", "), r.Op, left)

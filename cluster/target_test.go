@@ -23,7 +23,7 @@ import (
 func TestRetryNoticesAreRateLimited(t *testing.T) {
 	var out bytes.Buffer
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	n := &retryNotices{w: &out, every: 2 * time.Second, now: func() time.Time { return now }, deadline: now.Add(30 * time.Second)}
+	n := &retryNotices{w: &out, limit: client.RateLimit{Every: 2 * time.Second}, now: func() time.Time { return now }, deadline: now.Add(30 * time.Second)}
 	notBroker := kerr.New(kerr.InvalidReplicationFactor, "replication factor 3 is larger than the 0 available brokers")
 	n.notice(client.Retry{Op: "create topics", Attempt: 1, Err: notBroker})
 	now = now.Add(time.Second)

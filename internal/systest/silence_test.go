@@ -3,12 +3,16 @@ package systest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tapes-dev/tapes/internal/eventually"
 )
 
 // runBin runs one of the built binaries with a generous bound and returns
@@ -39,4 +43,93 @@ func TestSecondBrokerdOnALiveDataDirFails(t *testing.T) {
 	if err == nil || !strings.Contains(out, want) {
 		t.Fatalf("second brokerd: %v: %q; want it to fail with %q", err, out, want)
 	}
+}
+
+// startBin starts one of the built binaries; its combined output collects
+// in the returned buffer. It is killed at the end of the test.
+func startBin(t *testing.T, name string, args ...string) (*exec.Cmd, *lockedBuffer, <-chan error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	return cmd, out, done
+}
+
+// consumerd against a port nobody listens on: a clear warning at once and
+// retries (not "processed 0" forever); with --exit-on-error, exit 1.
+func TestConsumerdWithoutClusterSaysSo(t *testing.T) {
+	addr := closedPort(t)
+	_, out, done := startBin(t, "consumerd", "--bootstrap-server", addr, "--group", "g", "--topic", "orders", "--control-listen", "")
+	want := "no broker answers at " + addr + "; retrying"
+	eventually.True(t, 30*time.Second, "consumerd's warning", func() bool { return strings.Contains(out.String(), want) })
+	select {
+	case err := <-done:
+		t.Fatalf("consumerd exited without --exit-on-error: %v: %s", err, out.String())
+	default:
+	}
+
+	got, err, _ := runBin(t, 60*time.Second, "consumerd", "--bootstrap-server", addr, "--group", "g", "--topic", "orders",
+		"--control-listen", "", "--exit-on-error")
+	if code := exitCode(err); code != 1 || !strings.Contains(got, "no broker answers at "+addr+": is the cluster running?") {
+		t.Fatalf("--exit-on-error: exit %d: %s", code, got)
+	}
+}
+
+// consumerd on a topic that does not exist: a warning at once, then it
+// waits for the topic without rebalancing in a loop, and consumes it once
+// created; with --exit-on-error, exit 1 naming the topic.
+func TestConsumerdOnAMissingTopicWaitsQuietly(t *testing.T) {
+	e := start(t, 1)
+	_, out, done := startBin(t, "consumerd", "--dir", e.Dir, "--group", "g", "--topic", "nosuch", "--control-listen", "")
+	eventually.True(t, 30*time.Second, "the missing-topic warning", func() bool {
+		return strings.Contains(out.String(), "topic does not exist; waiting for it to be created") && strings.Contains(out.String(), "topic=nosuch")
+	})
+	e.CreateTopic("nosuch", 1, 1, nil)
+	e.ProduceN("nosuch", 0, "r", 3)
+	eventually.True(t, 60*time.Second, "consumerd assigned nosuch-0", func() bool { return strings.Contains(out.String(), "assigned") })
+	if n := strings.Count(out.String(), "could not compute the assignment"); n > 0 {
+		t.Fatalf("the group rebalanced %d times for a topic that did not exist:\n%s", n, out.String())
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("consumerd exited: %v: %s", err, out.String())
+	default:
+	}
+
+	got, err, _ := runBin(t, 60*time.Second, "consumerd", "--dir", e.Dir, "--group", "g2", "--topic", "nosuch2",
+		"--control-listen", "", "--exit-on-error")
+	if code := exitCode(err); code != 1 || !strings.Contains(got, "--topic nosuch2 does not exist") || !strings.Contains(got, "UNKNOWN_TOPIC_OR_PARTITION") {
+		t.Fatalf("--exit-on-error: exit %d: %s", code, got)
+	}
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func closedPort(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
 }
