@@ -182,10 +182,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	hint := "is the cluster running?"
-	if o.bootstrap == "" {
-		hint += " (`cluster up --dir " + o.dir + "` starts one)"
-	}
+	hint := clusterfile.UnreachableHint(o.bootstrap, o.dir)
 	cfg := client.Config{Bootstrap: addrs, Logger: logger, UnreachableHint: hint,
 		OnRetry: client.WarnUnreachable(logger, warnEvery, hint)}
 	if o.exitOnError {

@@ -133,3 +133,19 @@ func closedPort(t *testing.T) string {
 	lis.Close()
 	return addr
 }
+
+// producerd against a port nobody listens on says so at once, then keeps
+// retrying (the cluster may be starting).
+func TestProducerdWithoutClusterSaysSo(t *testing.T) {
+	addr := closedPort(t)
+	_, out, done := startBin(t, "producerd", "--bootstrap-server", addr, "--topic", "orders", "--control-listen", "")
+	want := "no broker answers at " + addr + "; retrying"
+	eventually.True(t, 30*time.Second, "producerd's warning", func() bool { return strings.Contains(out.String(), want) })
+	select {
+	case err := <-done:
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("producerd exited without the warning: %v: %s", err, out.String())
+		}
+	default:
+	}
+}
