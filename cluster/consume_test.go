@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	poll "github.com/tapes-dev/tapes/internal/eventually"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
@@ -129,20 +130,9 @@ func TestConsumeCtrlCPrintsEverythingFetched(t *testing.T) {
 			[]string{"--topic", "orders", "--from-beginning", "--max-wait", "50ms", "--bootstrap-server", b.addr})
 	}()
 	// Tailing: the six records appear (flushed while the consumer waits).
-	deadline := time.Now().Add(5 * time.Second)
-	for strings.Count(out.String(), "\n") < 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %q printed while tailing", out.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.True(t, 20*time.Second, "six records printed while tailing", func() bool { return strings.Count(out.String(), "\n") >= 6 })
 	b.append("orders", 2, rec(nil, "new", 3))
-	for !strings.Contains(out.String(), "new\n") {
-		if time.Now().After(deadline) {
-			t.Fatalf("a record produced while tailing was not printed: %q", out.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.True(t, 20*time.Second, "a record produced while tailing printed", func() bool { return strings.Contains(out.String(), "new\n") })
 	cancel()
 	select {
 	case err := <-done:
