@@ -104,3 +104,20 @@ func runTopicsDir(t *testing.T, dir string, args ...string) (string, string, err
 	err := cmd.Run(cmdCtx(t), append(args, "--dir", dir))
 	return out.String(), errOut.String(), err
 }
+
+// The summary's "Try, in another terminal" lines must run as typed: from a
+// checkout that is bin/cluster, not a `cluster` that is not on $PATH.
+func TestSelfCommandRunsAsTyped(t *testing.T) {
+	for _, c := range []struct{ argv0, wd, want string }{
+		{"cluster", "/src/tapes", "cluster"},
+		{"/src/tapes/bin/cluster", "/src/tapes", "bin/cluster"},
+		{"bin/cluster", "/", "bin/cluster"},
+		{"/src/tapes/cluster", "/src/tapes", "./cluster"},
+		{"/opt/tapes/bin/cluster", "/home/me", "/opt/tapes/bin/cluster"},
+		{"/my dir/cluster", "/home/me", "'/my dir/cluster'"},
+	} {
+		if got := selfCommand(c.argv0, c.wd); got != c.want {
+			t.Errorf("selfCommand(%q, %q) = %q, want %q", c.argv0, c.wd, got, c.want)
+		}
+	}
+}
