@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/clusterfile"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/launch"
+	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
 // The waiting lines: the first at once, then at most one per interval,
@@ -46,21 +46,10 @@ func writeCluster(t *testing.T, dir, addr string) {
 	}
 }
 
-func closedPort(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
-}
-
 // A cluster directory whose launcher is gone is said at once; one whose
 // brokers refuse connections is said within seconds, not after --timeout.
 func TestOperatorCommandsSayTheClusterIsNotThere(t *testing.T) {
-	addr := closedPort(t)
+	addr := testcluster.ClosedPort(t)
 
 	gone := t.TempDir()
 	writeCluster(t, gone, addr)
@@ -99,10 +88,7 @@ func TestOperatorCommandsSayTheClusterIsNotThere(t *testing.T) {
 // runTopicsDir runs `cluster topics ARGS --dir dir`.
 func runTopicsDir(t *testing.T, dir string, args ...string) (string, string, error) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	cmd := &topicsCommand{stdout: &out, stderr: &errOut}
-	err := cmd.Run(cmdCtx(t), append(args, "--dir", dir))
-	return out.String(), errOut.String(), err
+	return runTopicsFlags(t, append(args, "--dir", dir)...)
 }
 
 // The summary's "Try, in another terminal" lines must run as typed: from a

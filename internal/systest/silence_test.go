@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/eventually"
+	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
 // runBin runs one of the built binaries with a generous bound and returns
@@ -67,7 +67,7 @@ func startBin(t *testing.T, name string, args ...string) (*exec.Cmd, *lockedBuff
 // consumerd against a port nobody listens on: a clear warning at once and
 // retries (not "processed 0" forever); with --exit-on-error, exit 1.
 func TestConsumerdWithoutClusterSaysSo(t *testing.T) {
-	addr := closedPort(t)
+	addr := testcluster.ClosedPort(t)
 	_, out, done := startBin(t, "consumerd", "--bootstrap-server", addr, "--group", "g", "--topic", "orders", "--control-listen", "")
 	want := "no broker answers at " + addr + "; retrying"
 	eventually.True(t, 30*time.Second, "consumerd's warning", func() bool { return strings.Contains(out.String(), want) })
@@ -123,21 +123,10 @@ func exitCode(err error) int {
 	return 0
 }
 
-func closedPort(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
-}
-
 // producerd against a port nobody listens on says so at once, then keeps
 // retrying (the cluster may be starting).
 func TestProducerdWithoutClusterSaysSo(t *testing.T) {
-	addr := closedPort(t)
+	addr := testcluster.ClosedPort(t)
 	_, out, done := startBin(t, "producerd", "--bootstrap-server", addr, "--topic", "orders", "--control-listen", "")
 	want := "no broker answers at " + addr + "; retrying"
 	eventually.True(t, 30*time.Second, "producerd's warning", func() bool { return strings.Contains(out.String(), want) })
