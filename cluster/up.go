@@ -417,7 +417,7 @@ func ensureDemoTopic(ctx context.Context, addrs []string, progress io.Writer) (*
 			fmt.Fprintf(progress, "creating topic %s (%d partitions, replication factor %d, min.insync.replicas=%s) ...\n",
 				demoTopic, spec.Partitions, spec.ReplicationFactor, spec.Configs["min.insync.replicas"])
 			created, last = createOne(ctx, cl, spec)
-			if code := kerr.CodeOf(last); code != "" && !code.Retriable() {
+			if ke, ok := kerr.As(last); ok && !ke.Code().Retriable() && !ke.Detail.GetRetriable() {
 				return nil, fmt.Errorf("create topic %s: %w", demoTopic, last)
 			}
 		}
