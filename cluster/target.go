@@ -107,7 +107,8 @@ func (n *retryNotices) notice(r client.Retry) {
 	}
 	left := max(n.deadline.Sub(now), 0).Round(time.Second)
 	if r.Unreachable != nil {
-		fmt.Fprintf(n.w, "waiting: no broker answers at %s yet (%s); giving up in %v\n", strings.Join(r.Unreachable, ", "), r.Op, left)
+		// The client gives up within unreachableAfter, not at the deadline.
+		fmt.Fprintf(n.w, "waiting: no broker answers at %s yet (%s)\n", strings.Join(r.Unreachable, ", "), r.Op)
 		return
 	}
 	fmt.Fprintf(n.w, "waiting: %s: %v; retrying, giving up in %v\n", r.Op, r.Err, left)
