@@ -46,6 +46,7 @@ proto-check:
 
 bench: build
 	TAPES_BENCH=1 $(GOTEST) -run '^TestBench' -v -timeout 60m ./internal/bench/
+	TAPES_STARTUP_ITERATIONS=20 $(GOTEST) -run '^TestStartupScriptNeverRaces$$' -v -timeout 30m ./internal/systest/
 
 # Each experiment on a fresh cluster; stops at the first whose expectation
 # does not hold. NEMESIS sets the long run's length.

@@ -92,6 +92,13 @@ func run(args []string) error {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
+	if *dataDir != "" {
+		lock, err := lockDataDir(*dataDir)
+		if err != nil {
+			return err
+		}
+		defer lock.Close()
+	}
 	lis, err := listener(*listen, *listenFD)
 	if err != nil {
 		return err

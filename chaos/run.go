@@ -95,6 +95,9 @@ func printOutcome(w io.Writer, x *experiment.Experiment, o *experiment.Outcome) 
 	for _, k := range check.Kinds {
 		if n, ok := res.Counts[k]; ok && n > 0 {
 			fmt.Fprintf(w, "  %-22s %d\n", k, n)
+			if note := check.Notes[k]; note != "" {
+				fmt.Fprintf(w, "  %-22s (%s)\n", "", note)
+			}
 		}
 	}
 	shown := map[string]int{}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tapes-dev/tapes/internal/client"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
@@ -55,9 +57,9 @@ func (c *consumeCommand) Run(ctx context.Context, args []string) error {
 	fs.StringVar(&topic, "topic", "", "topic to read (required)")
 	fs.IntVar(&partition, "partition", -1, "read only this partition")
 	fs.BoolVar(&fromBeginning, "from-beginning", false, "start at each partition's log start offset instead of its end")
-	fs.Int64Var(&offset, "offset", -1, "start at this offset (needs --partition)")
+	fs.Int64Var(&offset, "offset", -1, "start at this offset (needs --partition); past the high watermark is OFFSET_OUT_OF_RANGE, below the log start continues at the log start")
 	fs.BoolVar(&untilEnd, "until-end", false, "exit once every partition is read up to its high watermark at start")
-	fs.StringVar(&format, "format", "text", "text: the value only, one per line; json: one object per line with partition, offset, key, value, headers and timestamp")
+	fs.StringVar(&format, "format", "text", "text: the value only, one per line; json: one object per line with partition, offset, key, value, headers and timestamp (a key or value that is not UTF-8 is null, and exact in key_b64 or value_b64, base64)")
 	fs.IntVar(&maxRecords, "max-records", 0, "exit after printing this many records (0: no limit)")
 	fs.DurationVar(&maxWait, "max-wait", 500*time.Millisecond, "how long one fetch waits on the leader for new records (long poll)")
 	pos, err := parseFlags(fs, args)
@@ -113,6 +115,21 @@ func (c *consumeCommand) Run(ctx context.Context, args []string) error {
 		r := &partitionReader{cl: cl, topic: topic, partition: p, end: -1, maxWait: maxWait, warn: c.warnf}
 		switch {
 		case set["offset"]:
+			// Past the end is a mistake to report, not to correct: the
+			// reader asked for records that do not exist (yet). Below the
+			// log start, records were deleted: run continues at the log
+			// start and says so (auto.offset.reset=earliest).
+			lo, err := cl.ListOffsets(setup, topic, p, client.EarliestOffset)
+			if err != nil {
+				return err
+			}
+			hi, err := cl.ListOffsets(setup, topic, p, client.LatestOffset)
+			if err != nil {
+				return err
+			}
+			if offset > hi.GetOffset() {
+				return fmt.Errorf("%s-%d: --offset %d: %w", topic, p, offset, kerr.OutOfRange(offset, lo.GetOffset(), hi.GetOffset()))
+			}
 			r.offset = offset
 		case fromBeginning:
 			lo, err := cl.ListOffsets(setup, topic, p, client.EarliestOffset)
@@ -296,32 +313,57 @@ func (textWriter) write(w *bufio.Writer, _ int32, rec *tapesv1.Record) error {
 }
 
 // jsonRecord is the --format json line. Field order is the output's.
+// Bytes are kept exact: a key or value that is not valid UTF-8 is null in
+// "key" or "value" and given, base64-encoded (standard alphabet, padded),
+// in "key_b64" or "value_b64"; a header value that is not valid UTF-8 is
+// in "headers_b64" instead of "headers".
 type jsonRecord struct {
-	Partition int32             `json:"partition"`
-	Offset    int64             `json:"offset"`
-	Key       *string           `json:"key"` // null for a record without key
-	Value     string            `json:"value"`
-	Headers   map[string]string `json:"headers"`
-	Timestamp int64             `json:"timestamp"`
+	Partition  int32             `json:"partition"`
+	Offset     int64             `json:"offset"`
+	Key        *string           `json:"key"` // null for a record without key (and no key_b64)
+	KeyB64     string            `json:"key_b64,omitempty"`
+	Value      *string           `json:"value"`
+	ValueB64   string            `json:"value_b64,omitempty"`
+	Headers    map[string]string `json:"headers"`
+	HeadersB64 map[string]string `json:"headers_b64,omitempty"`
+	Timestamp  int64             `json:"timestamp"`
 }
 
-// jsonWriter prints one JSON object per line. Bytes that are not UTF-8
-// become U+FFFD; of repeated header keys the last wins.
+// jsonWriter prints one JSON object per line. Of repeated header keys the
+// last wins.
 type jsonWriter struct{}
 
 func (jsonWriter) write(w *bufio.Writer, partition int32, rec *tapesv1.Record) error {
 	jr := jsonRecord{
-		Partition: partition, Offset: rec.GetOffset(), Value: string(rec.GetValue()),
+		Partition: partition, Offset: rec.GetOffset(),
 		Headers: make(map[string]string, len(rec.GetHeaders())), Timestamp: rec.GetTimestampMs(),
 	}
 	if rec.Key != nil {
-		k := string(rec.Key)
-		jr.Key = &k
+		jr.Key, jr.KeyB64 = textOrBase64(rec.Key)
 	}
+	jr.Value, jr.ValueB64 = textOrBase64(rec.GetValue())
 	for _, h := range rec.GetHeaders() {
-		jr.Headers[h.GetKey()] = string(h.GetValue())
+		if v := h.GetValue(); utf8.Valid(v) {
+			jr.Headers[h.GetKey()] = string(v)
+			delete(jr.HeadersB64, h.GetKey())
+			continue
+		}
+		if jr.HeadersB64 == nil {
+			jr.HeadersB64 = map[string]string{}
+		}
+		jr.HeadersB64[h.GetKey()] = base64.StdEncoding.EncodeToString(h.GetValue())
+		delete(jr.Headers, h.GetKey())
 	}
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(jr) // Encode ends the line
+}
+
+// textOrBase64 returns b as text when it is valid UTF-8, else its base64.
+func textOrBase64(b []byte) (*string, string) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, ""
+	}
+	return nil, base64.StdEncoding.EncodeToString(b)
 }

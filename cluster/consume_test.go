@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	poll "github.com/tapes-dev/tapes/internal/eventually"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
 func runConsume(t *testing.T, ctx context.Context, addr string, args ...string) (string, string, error) {
@@ -37,7 +39,8 @@ func TestConsumeJSONUntilEnd(t *testing.T) {
 	b.addTopic("orders", 2, 1, nil)
 	b.append("orders", 0,
 		rec(ptr("k1"), `say "hi" <b>`, 1000, "event_id", "e1", "schema_version", "2"),
-		rec(ptr(""), "empty key", 1001))
+		rec(ptr(""), "empty key", 1001),
+		rec(ptr("k\xff"), "\xc3\x28 not UTF-8", 1003, "h", "\xfe", "ok", "v"))
 	b.append("orders", 1, rec(nil, "no key", 1002))
 	// A producer keeps writing while the consumer reads: records past the
 	// high watermark seen at start are not part of --until-end.
@@ -56,6 +59,7 @@ func TestConsumeJSONUntilEnd(t *testing.T) {
 	want := []string{
 		`{"partition":0,"offset":0,"key":"k1","value":"say \"hi\" <b>","headers":{"event_id":"e1","schema_version":"2"},"timestamp":1000}`,
 		`{"partition":0,"offset":1,"key":"","value":"empty key","headers":{},"timestamp":1001}`,
+		`{"partition":0,"offset":2,"key":null,"key_b64":"a/8=","value":null,"value_b64":"wyggbm90IFVURi04","headers":{"ok":"v"},"headers_b64":{"h":"/g=="},"timestamp":1003}`,
 		`{"partition":1,"offset":0,"key":null,"value":"no key","headers":{},"timestamp":1002}`,
 	}
 	if got := sortedLines(out); !reflect.DeepEqual(got, want) {
@@ -64,7 +68,7 @@ func TestConsumeJSONUntilEnd(t *testing.T) {
 	if !strings.Contains(out, want[0]+"\n"+want[1]+"\n") {
 		t.Errorf("partition 0's records are not in offset order:\n%s", out)
 	}
-	if errOut != "Processed a total of 3 messages\n" {
+	if errOut != "Processed a total of 4 messages\n" {
 		t.Errorf("stderr = %q", errOut)
 	}
 }
@@ -82,8 +86,15 @@ func TestConsumeOffsetsAndLimits(t *testing.T) {
 	if err != nil || out != "c\nd\n" {
 		t.Fatalf("--offset 2 --until-end = %q, %v; want c, d", out, err)
 	}
+	// Past the end: OFFSET_OUT_OF_RANGE with the partition's bounds, nothing
+	// read (it printed "Processed a total of 0 messages" and succeeded).
+	out, errOut, err := runConsume(t, ctx, b.addr, "--topic", "orders", "--partition", "0", "--offset", "1000", "--until-end")
+	if !kerr.Is(err, kerr.OffsetOutOfRange) || out != "" || errOut != "" ||
+		!strings.Contains(err.Error(), "orders-0: --offset 1000: OFFSET_OUT_OF_RANGE: offset 1000 is outside [0, 4]") {
+		t.Fatalf("--offset 1000 --until-end = %q, %q, %v; want OFFSET_OUT_OF_RANGE naming [0, 4]", out, errOut, err)
+	}
 	// Without --from-beginning a consumer starts at the end: nothing to read.
-	out, errOut, err := runConsume(t, ctx, b.addr, "--topic", "orders", "--until-end")
+	out, errOut, err = runConsume(t, ctx, b.addr, "--topic", "orders", "--until-end")
 	if err != nil || out != "" || errOut != "Processed a total of 0 messages\n" {
 		t.Fatalf("latest --until-end = %q, %q, %v; want nothing", out, errOut, err)
 	}
@@ -119,20 +130,9 @@ func TestConsumeCtrlCPrintsEverythingFetched(t *testing.T) {
 			[]string{"--topic", "orders", "--from-beginning", "--max-wait", "50ms", "--bootstrap-server", b.addr})
 	}()
 	// Tailing: the six records appear (flushed while the consumer waits).
-	deadline := time.Now().Add(5 * time.Second)
-	for strings.Count(out.String(), "\n") < 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %q printed while tailing", out.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.True(t, 20*time.Second, "six records printed while tailing", func() bool { return strings.Count(out.String(), "\n") >= 6 })
 	b.append("orders", 2, rec(nil, "new", 3))
-	for !strings.Contains(out.String(), "new\n") {
-		if time.Now().After(deadline) {
-			t.Fatalf("a record produced while tailing was not printed: %q", out.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.True(t, 20*time.Second, "a record produced while tailing printed", func() bool { return strings.Contains(out.String(), "new\n") })
 	cancel()
 	select {
 	case err := <-done:

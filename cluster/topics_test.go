@@ -14,9 +14,15 @@ import (
 // runTopics runs `cluster topics ARGS` against addr.
 func runTopics(t *testing.T, addr string, args ...string) (string, string, error) {
 	t.Helper()
+	return runTopicsFlags(t, append(args, "--bootstrap-server", addr)...)
+}
+
+// runTopicsFlags runs `cluster topics ARGS` and returns stdout and stderr.
+func runTopicsFlags(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := &topicsCommand{stdout: &out, stderr: &errOut}
-	err := cmd.Run(cmdCtx(t), append(args, "--bootstrap-server", addr))
+	err := cmd.Run(cmdCtx(t), args)
 	return out.String(), errOut.String(), err
 }
 

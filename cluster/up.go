@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -28,10 +29,44 @@ import (
 // it serves, and supervise it in the foreground until Ctrl-C.
 type upCommand struct {
 	stdout, stderr io.Writer
+	// self is how the user runs this program, for the commands the summary
+	// suggests ("" means "cluster").
+	self string
 }
 
 func init() {
-	register("up", "start a local cluster and supervise it until Ctrl-C", (&upCommand{stdout: os.Stdout, stderr: os.Stderr}).Run)
+	wd, _ := os.Getwd()
+	register("up", "start a local cluster and supervise it until Ctrl-C",
+		(&upCommand{stdout: os.Stdout, stderr: os.Stderr, self: selfCommand(os.Args[0], wd)}).Run)
+}
+
+// selfCommand is how to run this program again from the working directory
+// wd, given the argv[0] it was started with: "cluster" when it was found on
+// $PATH, else its path, relative to wd when it lies below it (bin/cluster,
+// from a checkout), quoted for a shell when needed.
+func selfCommand(argv0, wd string) string {
+	if !strings.ContainsRune(argv0, filepath.Separator) {
+		return argv0
+	}
+	path := argv0
+	if !filepath.IsAbs(path) && wd != "" {
+		path = filepath.Join(wd, path)
+	}
+	if rel, err := filepath.Rel(wd, path); err == nil && wd != "" && !strings.HasPrefix(rel, "..") {
+		path = rel
+		if !strings.ContainsRune(rel, filepath.Separator) {
+			path = "." + string(filepath.Separator) + rel
+		}
+	}
+	return shellQuote(path)
+}
+
+// shellQuote quotes s for a POSIX shell when it holds special characters.
+func shellQuote(s string) string {
+	if strings.ContainsAny(s, " \t\n'\"\\$`*?[]{}()<>|&;#~!") {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	return s
 }
 
 // The topic --demo creates.
@@ -262,14 +297,18 @@ func (u *upCommand) printSummary(c *launch.Cluster, topic *tapesv1.TopicMetadata
 	if topic != nil {
 		fmt.Fprintf(w, "topic %s: %s\n", topic.GetName(), describeTopic(topic))
 	}
+	self := u.self
+	if self == "" {
+		self = "cluster"
+	}
 	fmt.Fprintf(w, "\nTry, in another terminal:\n")
 	if topic == nil {
-		fmt.Fprintf(w, "  cluster topics create %s --partitions %d --replication-factor %d%s\n",
-			demoTopic, demoPartitions, min(3, len(names)), dirFlag)
+		fmt.Fprintf(w, "  %s topics create %s --partitions %d --replication-factor %d%s\n",
+			self, demoTopic, demoPartitions, min(3, len(names)), dirFlag)
 	}
-	fmt.Fprintf(w, "  cluster topics describe%s\n", dirFlag)
-	fmt.Fprintf(w, "  cluster produce --topic %s%s\n", demoTopic, dirFlag)
-	fmt.Fprintf(w, "  cluster consume --topic %s --from-beginning%s\n", demoTopic, dirFlag)
+	fmt.Fprintf(w, "  %s topics describe%s\n", self, dirFlag)
+	fmt.Fprintf(w, "  %s produce --topic %s%s\n", self, demoTopic, dirFlag)
+	fmt.Fprintf(w, "  %s consume --topic %s --from-beginning%s\n", self, demoTopic, dirFlag)
 	fmt.Fprintf(w, "\nSupervising the brokers; Ctrl-C stops them all.\n")
 }
 
@@ -279,10 +318,7 @@ func dirHint(dir string, given bool) string {
 	if !given || dir == clusterfile.DefaultDir() {
 		return ""
 	}
-	if strings.ContainsAny(dir, " \t\n'\"\\$`*?[]{}()<>|&;#~!") {
-		dir = "'" + strings.ReplaceAll(dir, "'", `'\''`) + "'"
-	}
-	return " --dir " + dir
+	return " --dir " + shellQuote(dir)
 }
 
 func describeTopic(t *tapesv1.TopicMetadata) string {
@@ -356,18 +392,16 @@ func ensureDemoTopic(ctx context.Context, addrs []string, progress io.Writer) (*
 		ReplicationFactor: int32(min(3, n)),
 		Configs:           map[string]string{"min.insync.replicas": fmt.Sprint(min(2, n))},
 	}
-	const pause = 200 * time.Millisecond
+	bo := client.NewBackoff(client.DefaultRetryBackoff, time.Second)
 	var last error
 	wait := func() error {
-		select {
-		case <-ctx.Done():
+		if err := bo.Wait(ctx); err != nil {
 			if last != nil {
-				return fmt.Errorf("topic %s: %w (last: %v)", demoTopic, ctx.Err(), last)
+				return fmt.Errorf("topic %s: %w (last: %v)", demoTopic, err, last)
 			}
-			return fmt.Errorf("topic %s: %w", demoTopic, ctx.Err())
-		case <-time.After(pause):
-			return nil
+			return fmt.Errorf("topic %s: %w", demoTopic, err)
 		}
+		return nil
 	}
 
 	// Create it through any broker that takes the request.
@@ -386,7 +420,7 @@ func ensureDemoTopic(ctx context.Context, addrs []string, progress io.Writer) (*
 			fmt.Fprintf(progress, "creating topic %s (%d partitions, replication factor %d, min.insync.replicas=%s) ...\n",
 				demoTopic, spec.Partitions, spec.ReplicationFactor, spec.Configs["min.insync.replicas"])
 			created, last = createOne(ctx, cl, spec)
-			if code := kerr.CodeOf(last); code != "" && !code.Retriable() {
+			if ke, ok := kerr.As(last); ok && !ke.Code().Retriable() && !ke.Detail.GetRetriable() {
 				return nil, fmt.Errorf("create topic %s: %w", demoTopic, last)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	poll "github.com/tapes-dev/tapes/internal/eventually"
 	"github.com/tapes-dev/tapes/internal/launch"
 	"github.com/tapes-dev/tapes/internal/launch/launchtest"
 )
@@ -55,15 +56,16 @@ func fakeBrokerd(t *testing.T) string {
 	return self
 }
 
+// eventually waits (internal/eventually, 20 s) for cond, failing with
+// what and explain()'s account of the state.
 func eventually(t *testing.T, what string, cond func() bool, explain func() string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s\n%s", what, explain())
+	poll.Nil(t, 20*time.Second, what, func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.New("not yet\n" + explain())
+	})
 }
 
 func pidAlive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }

@@ -105,7 +105,10 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.log.Info("consuming", "group", d.o.group, "topic", d.o.topic, "assignor", d.o.assignor, "commit", d.o.commit,
 		"records_per_poll", d.o.recordsPerPoll, "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink)
-	err := d.loop(ctx)
+	err := d.waitForTopic(ctx)
+	if err == nil {
+		err = d.loop(ctx)
+	}
 	d.mu.Lock()
 	d.stopping = true
 	d.mu.Unlock()
@@ -122,6 +125,47 @@ func (d *daemon) run(ctx context.Context) error {
 	fmt.Fprintf(d.out, "%s: stopped: processed %d records, %d commits (%d failed), %d rebalances\n", d.o.name, st.Processed, st.Commits, st.CommitsFailed, st.Rebalances)
 	close(d.finished)
 	return err
+}
+
+// waitForTopic returns once --topic exists, or at once with an error when
+// it does not and --exit-on-error is set, or when the cluster cannot be
+// asked (no broker answers, with --exit-on-error). Otherwise it warns at
+// once, then every warnEvery, and asks again with backoff until the topic
+// appears or ctx ends or Stop is requested (nil: the loop then stops).
+// Called from run, before the loop, so that the group is not joined (and
+// rebalanced in vain) for a topic that does not exist.
+func (d *daemon) waitForTopic(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.stopReq:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	bo := client.NewBackoff(100*time.Millisecond, 5*time.Second)
+	limit := client.RateLimit{Every: warnEvery}
+	for {
+		_, err := d.cl.Partitions(ctx, d.o.topic)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return nil
+		case !kerr.Is(err, kerr.UnknownTopicOrPartition):
+			return fmt.Errorf("--topic %s: %w", d.o.topic, err)
+		case d.o.exitOnError:
+			return fmt.Errorf("--topic %s does not exist: %w", d.o.topic, err)
+		}
+		if limit.Due(time.Now()) {
+			d.log.Warn("topic does not exist; waiting for it to be created", "topic", d.o.topic, "err", err,
+				"create_it_with", "cluster topics create "+d.o.topic+" --partitions N --replication-factor R")
+		}
+		if bo.Wait(ctx) != nil {
+			return nil
+		}
+	}
 }
 
 // loop is the application's poll loop.

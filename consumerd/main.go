@@ -72,7 +72,17 @@ type options struct {
 	heartbeatInterval  time.Duration
 	maxPollInterval    time.Duration
 	logLevel           string
+	exitOnError        bool
 }
+
+// How consumerd waits for a cluster or a topic that is not there.
+const (
+	// warnEvery is the least time between two warnings that it still waits.
+	warnEvery = 30 * time.Second
+	// unreachableAfter: with --exit-on-error, how long every broker address
+	// may refuse connections before consumerd exits.
+	unreachableAfter = 3 * time.Second
+)
 
 const about = `consumerd joins consumer group --group on --topic and runs the loop of a Kafka application:
 poll (at most --records-per-poll records), process each record (wait --process-time, then apply
@@ -119,6 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.heartbeatInterval, "heartbeat-interval", 0, "how often to heartbeat (default: a third of the session timeout)")
 	fs.DurationVar(&o.maxPollInterval, "max-poll-interval", 5*time.Minute, "leave the group when the loop does not poll for this long; also the rebalance timeout (max.poll.interval.ms)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&o.exitOnError, "exit-on-error", false, "exit with status 1 when no broker answers (after a few seconds) or --topic does not exist; without it consumerd warns at once, then every 30 s, and keeps retrying with backoff")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -171,7 +182,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cl, err := client.New(client.Config{Bootstrap: addrs, Logger: logger})
+	hint := clusterfile.UnreachableHint(o.bootstrap, o.dir)
+	cfg := client.Config{Bootstrap: addrs, Logger: logger, UnreachableHint: hint,
+		OnRetry: client.WarnUnreachable(logger, warnEvery, hint)}
+	if o.exitOnError {
+		cfg.UnreachableAfter = unreachableAfter
+	}
+	cl, err := client.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -191,6 +191,17 @@ func runDaemon(args []string, stdout, stderr io.Writer) error {
 	return d.run()
 }
 
+// setupFailed closes the history after a setup step failed with err and
+// returns err joined with the close's error, if any (the history may then
+// be incomplete on disk: the user must hear of it). err keeps its kind
+// (errors.As still finds a usageError or inputError).
+func setupFailed(err error, path string, closeHistory func() error) error {
+	if cerr := closeHistory(); cerr != nil {
+		return errors.Join(err, fmt.Errorf("close --history %s: %w", path, cerr))
+	}
+	return err
+}
+
 func (d *daemon) run() error {
 	o := d.o
 	sigs := make(chan os.Signal, 2)
@@ -229,17 +240,15 @@ func (d *daemon) run() error {
 	}
 	prod, err := producer.New(setup, cl, cfg)
 	if err != nil {
-		closeHistory()
 		if kerr.Is(err, kerr.UnknownTopicOrPartition) {
-			return &inputError{fmt.Errorf("--topic %s: %w", o.topic, err)}
+			err = &inputError{fmt.Errorf("--topic %s: %w", o.topic, err)}
 		}
-		return err
+		return setupFailed(err, o.history, closeHistory)
 	}
 	d.prod = prod
 	if err := d.checkRecordSize(); err != nil {
 		prod.Close(context.Background())
-		closeHistory()
-		return err
+		return setupFailed(err, o.history, closeHistory)
 	}
 
 	var srv *grpc.Server
@@ -247,8 +256,7 @@ func (d *daemon) run() error {
 		lis, err := net.Listen("tcp", o.controlListen)
 		if err != nil {
 			prod.Close(context.Background())
-			closeHistory()
-			return usagef("--control-listen %s: %v", o.controlListen, err)
+			return setupFailed(usagef("--control-listen %s: %v", o.controlListen, err), o.history, closeHistory)
 		}
 		srv = grpc.NewServer()
 		tapesv1.RegisterProducerControlServiceServer(srv, &controlServer{d: d})

@@ -129,7 +129,11 @@ func (t *target) client(logger *slog.Logger) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(client.Config{Bootstrap: addrs, Logger: logger, DialOptions: producer.DialOptions()})
+	// No broker answering is said at once, then every 30 s, while the
+	// client keeps retrying (the cluster may be starting).
+	hint := clusterfile.UnreachableHint(t.bootstrap, t.dir)
+	return client.New(client.Config{Bootstrap: addrs, Logger: logger, DialOptions: producer.DialOptions(),
+		UnreachableHint: hint, OnRetry: client.WarnUnreachable(logger, 30*time.Second, hint)})
 }
 
 // msDuration is a duration flag that also takes a bare number of

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +132,23 @@ func TestPacerSpacesRecordsAndDoesNotBurstAfterAStall(t *testing.T) {
 	unlimited.reset(0, t0)
 	if w := unlimited.next(t0); w != 0 {
 		t.Fatalf("no limit: wait %v", w)
+	}
+}
+
+// A setup step that fails still reports a history that could not be
+// closed (it was dropped), and keeps its own kind for the exit status.
+func TestSetupFailureReportsTheHistoryClose(t *testing.T) {
+	diskFull := errors.New("no space left on device")
+	err := setupFailed(usagef("--control-listen x: bad"), "/tmp/h.jsonl", func() error { return diskFull })
+	var ue *usageError
+	if !errors.Is(err, diskFull) || !errors.As(err, &ue) || !strings.Contains(err.Error(), "close --history /tmp/h.jsonl") {
+		t.Fatalf("err = %v; want the usage error and the close's error", err)
+	}
+	if code := exitCode("producerd", err, io.Discard); code != exitUsage {
+		t.Fatalf("exit %d, want %d", code, exitUsage)
+	}
+	plain := errors.New("x")
+	if got := setupFailed(plain, "h", func() error { return nil }); got != plain {
+		t.Fatalf("a clean close changed the error: %v", got)
 	}
 }

@@ -32,6 +32,15 @@ var Kinds = []string{
 	DuplicateEffect, NeverProcessed, OutOfKeyOrder,
 }
 
+// Notes says, for the kinds that count what a run may show by design
+// rather than a fault, what a nonzero count means; reports print it beside
+// the count (chaos run, report.html), and do not mark the count as bad.
+var Notes = map[string]string{
+	NonmonotonicSend: "sends reordered, not lost: a producer that pipelines requests (several in flight, not idempotent) " +
+		"had a later record acknowledged at a lower offset, before or without any fault; no expectation counts it",
+	IndeterminateRead: "records whose send outcome the producer could not know (a timeout, several attempts) were read: allowed, as Jepsen's :info",
+}
+
 // sinkKinds are the kinds only a sink can check.
 var sinkKinds = []string{DuplicateEffect, NeverProcessed, OutOfKeyOrder}
 

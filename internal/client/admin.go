@@ -14,43 +14,114 @@ import (
 // nothing. The error joins (errors.Join) one *kerr.Error per topic that
 // failed, each naming its topic; nil means every topic was created.
 //
-// Like Kafka's admin client it retries the whole request on transport
-// failures, so a retry after a lost answer may report TOPIC_ALREADY_EXISTS
-// for a topic the first attempt created.
+// Like Kafka's admin client it retries until ctx ends: the whole request on
+// transport failures (so a retry after a lost answer may report
+// TOPIC_ALREADY_EXISTS for a topic the first attempt created), and the
+// topics whose result is a retriable error (brokers still registering
+// after a start) on their own.
 func (c *Client) CreateTopics(ctx context.Context, specs []*tapesv1.TopicSpec, validateOnly bool) error {
-	var resp *tapesv1.CreateTopicsResponse
-	err := c.anyBroker(ctx, "create topics", func(ctx context.Context, bc tapesv1.BrokerServiceClient) (err error) {
-		resp, err = bc.CreateTopics(ctx, &tapesv1.CreateTopicsRequest{Topics: specs, ValidateOnly: validateOnly})
-		return err
-	})
-	if err != nil {
-		return err
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.GetName()
 	}
+	err := c.perTopic(ctx, "create topics", "create topic", names, func(ctx context.Context, bc tapesv1.BrokerServiceClient, pending map[string]bool) ([]*tapesv1.TopicResult, error) {
+		var send []*tapesv1.TopicSpec
+		for _, s := range specs {
+			if pending[s.GetName()] {
+				send = append(send, s)
+			}
+		}
+		resp, err := bc.CreateTopics(ctx, &tapesv1.CreateTopicsRequest{Topics: send, ValidateOnly: validateOnly})
+		return resp.GetResults(), err
+	}, func(error) bool { return true })
 	c.meta.markStale() // new topics: the next lookup refreshes
-	return joinResults("create topic", resp.GetResults())
+	return err
 }
 
-// DeleteTopics deletes topics and their data through any broker. Errors as
-// for CreateTopics.
+// DeleteTopics deletes topics and their data through any broker. Errors and
+// retries as for CreateTopics, except that UNKNOWN_TOPIC_OR_PARTITION is an
+// answer here, not a reason to retry.
 func (c *Client) DeleteTopics(ctx context.Context, names []string) error {
-	var resp *tapesv1.DeleteTopicsResponse
-	err := c.anyBroker(ctx, "delete topics", func(ctx context.Context, bc tapesv1.BrokerServiceClient) (err error) {
-		resp, err = bc.DeleteTopics(ctx, &tapesv1.DeleteTopicsRequest{Names: names})
-		return err
-	})
-	if err != nil {
-		return err
-	}
+	err := c.perTopic(ctx, "delete topics", "delete topic", names, func(ctx context.Context, bc tapesv1.BrokerServiceClient, pending map[string]bool) ([]*tapesv1.TopicResult, error) {
+		var send []string
+		for _, n := range names {
+			if pending[n] {
+				send = append(send, n)
+			}
+		}
+		resp, err := bc.DeleteTopics(ctx, &tapesv1.DeleteTopicsRequest{Names: send})
+		return resp.GetResults(), err
+	}, func(err error) bool { return !kerr.Is(err, kerr.UnknownTopicOrPartition) })
 	c.meta.dropTopics(names)
-	return joinResults("delete topic", resp.GetResults())
+	return err
 }
 
-// joinResults turns per-topic results into one error.
-func joinResults(op string, results []*tapesv1.TopicResult) error {
+// perTopic runs a request with one result per topic through anyBroker,
+// sending again (after a backoff, within ctx) the topics still pending:
+// those whose result is a retriable Kafka error that retry accepts. send
+// gets the pending set; the error joins one error per topic that failed
+// (its last result), each named with what.
+func (c *Client) perTopic(ctx context.Context, op, what string, names []string,
+	send func(ctx context.Context, bc tapesv1.BrokerServiceClient, pending map[string]bool) ([]*tapesv1.TopicResult, error),
+	retry func(error) bool,
+) error {
+	pending := map[string]bool{}
+	for _, n := range names {
+		pending[n] = true
+	}
+	failed := map[string]error{}
+	r := c.newRetry(op)
+	for {
+		var again []error
+		err := c.anyBroker(ctx, op, func(ctx context.Context, bc tapesv1.BrokerServiceClient) error {
+			results, err := send(ctx, bc, pending)
+			if err != nil {
+				return err
+			}
+			again = again[:0]
+			answered := map[string]bool{}
+			for _, res := range results {
+				name := res.GetName()
+				if !pending[name] || answered[name] {
+					continue
+				}
+				answered[name] = true
+				rerr := kerr.FromDetail(res.GetError())
+				if rerr != nil && retriableKafka(rerr) && retry(rerr) {
+					failed[name] = rerr
+					again = append(again, fmt.Errorf("%s %q: %w", what, name, rerr))
+					continue
+				}
+				delete(pending, name)
+				if rerr != nil {
+					failed[name] = rerr
+				} else {
+					delete(failed, name)
+				}
+			}
+			for name := range pending {
+				if !answered[name] {
+					delete(pending, name)
+					failed[name] = kerr.New(kerr.UnknownServerError, "the broker's answer has no result for topic %q", name)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		r.attempts++
+		if len(again) == 0 {
+			break
+		}
+		if err := r.wait(ctx, errors.Join(again...), nil); err != nil {
+			return gaveUp(op, r.attempts, err, errors.Join(again...))
+		}
+	}
 	var errs []error
-	for _, r := range results {
-		if err := kerr.FromDetail(r.GetError()); err != nil {
-			errs = append(errs, fmt.Errorf("%s %q: %w", op, r.GetName(), err))
+	for _, n := range names {
+		if err, ok := failed[n]; ok {
+			errs = append(errs, fmt.Errorf("%s %q: %w", what, n, err))
 		}
 	}
 	return errors.Join(errs...)

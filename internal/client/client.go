@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -24,7 +25,32 @@ var (
 	ErrClosed = errors.New("client: closed")
 	// ErrNoBootstrap means Config.Bootstrap lists no address.
 	ErrNoBootstrap = errors.New("client: no bootstrap broker address")
+	// ErrUnreachable is matched (errors.Is) by the *UnreachableError a call
+	// returns when no broker has answered the Client and every address
+	// refused connections for Config.UnreachableAfter.
+	ErrUnreachable = errors.New("no broker answers")
 )
+
+// UnreachableError says that no broker answers at any of Addrs: the
+// cluster is probably not running. Hint, from Config.UnreachableHint, says
+// what to do about it.
+type UnreachableError struct {
+	Addrs []string
+	Hint  string
+	// Last is the last attempt's error (connection refused, for each address).
+	Last error
+}
+
+func (e *UnreachableError) Error() string {
+	s := "no broker answers at " + strings.Join(e.Addrs, ", ")
+	if e.Hint != "" {
+		s += ": " + e.Hint
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrUnreachable) hold.
+func (e *UnreachableError) Is(target error) bool { return target == ErrUnreachable }
 
 // Defaults for the zero values of Config.
 const (
@@ -59,6 +85,22 @@ type Config struct {
 	// fault-injection link between a process it starts and each broker.
 	// nil: taken from $TAPES_ADDRESS_MAP ("ADDR=DIAL,ADDR=DIAL"), if set.
 	AddressMap map[string]string
+	// UnreachableAfter, when positive, makes a call fail with
+	// *UnreachableError once every address it tried has refused the
+	// connection (gRPC Unavailable) for this long while no broker has ever
+	// answered this Client: a cluster that is not running is reported in
+	// seconds rather than after the caller's whole deadline. Once any broker
+	// has answered, calls retry until their context ends (a cluster that
+	// restarts). Zero: never.
+	UnreachableAfter time.Duration
+	// UnreachableHint is appended to the *UnreachableError's message, e.g.
+	// "is the cluster running? `cluster up --dir D`".
+	UnreachableHint string
+	// OnRetry, when set, is called before each backoff of every retry loop
+	// of the client, on the goroutine of the call that retries, with what it
+	// waits for: how CLIs show progress and daemons log a periodic warning.
+	// It must not block.
+	OnRetry func(Retry)
 }
 
 // AddressMapEnv is the environment variable New reads when
@@ -91,6 +133,10 @@ type Client struct {
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	closed bool
+
+	// answered becomes true at the first answer (a success or a Kafka
+	// error) from any broker; see Config.UnreachableAfter.
+	answered atomic.Bool
 
 	meta   metadataCache
 	coords coordinators

@@ -14,6 +14,14 @@
 // UNKNOWN_TOPIC_OR_PARTITION, and transport failures (gRPC Unavailable, or an
 // attempt's own deadline).
 //
+// Every retry loop (any broker, leader, coordinator, and the per-topic
+// results of CreateTopics and DeleteTopics) shares one Backoff and calls
+// Config.OnRetry before each wait. A Kafka error is retried when its code is
+// retriable or the broker marked its detail retriable. While no broker has
+// ever answered and every address refuses connections, Config.UnreachableAfter
+// ends a call with *UnreachableError (ErrUnreachable) instead of retrying
+// until the deadline.
+//
 // Errors. Every error a broker sent arrives as *kerr.Error (match it with
 // kerr.Is or kerr.CodeOf), wrapped with the operation and partition. When the
 // caller's context ends during retries, the error wraps both the context's

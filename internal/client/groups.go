@@ -75,9 +75,10 @@ func (c *Client) FindCoordinator(ctx context.Context, group string) (*tapesv1.Fi
 // deadline (JoinGroup and SyncGroup wait for the rebalance).
 func (c *Client) coordinatorCall(ctx context.Context, op, group string, extra time.Duration, call func(context.Context, tapesv1.GroupServiceClient) error) error {
 	op = fmt.Sprintf("%s (group %s)", op, group)
-	bo := c.newBackoff()
+	r := c.newRetry(op)
 	var last error
 	for attempt := 1; ; attempt++ {
+		r.attempts = attempt
 		addr, ok := c.coords.get(group)
 		var err error
 		if !ok {
@@ -94,10 +95,13 @@ func (c *Client) coordinatorCall(ctx context.Context, op, group string, extra ti
 			actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout+extra)
 			err = call(actx, tapesv1.NewGroupServiceClient(cc))
 			cancel()
+			if err != nil {
+				err = c.convert(err)
+			}
+			c.heard(err)
 			if err == nil {
 				return nil
 			}
-			err = c.convert(err)
 		}
 		if ctx.Err() != nil {
 			if kerr.CodeOf(err) != "" || last == nil {
@@ -111,7 +115,7 @@ func (c *Client) coordinatorCall(ctx context.Context, op, group string, extra ti
 		c.log.Debug("coordinator unavailable, retrying", "op", op, "coordinator", addr, "err", err)
 		c.coords.forget(group)
 		last = err
-		if err := bo.wait(ctx); err != nil {
+		if err := r.wait(ctx, err, nil); err != nil {
 			return gaveUp(op, attempt, err, last)
 		}
 	}

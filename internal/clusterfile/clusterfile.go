@@ -143,3 +143,16 @@ func Bootstrap(bootstrapServer, dir string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// UnreachableHint is what a command or daemon adds when no broker answers
+// at the addresses Bootstrap gave for the same flags (see
+// client.Config.UnreachableHint).
+func UnreachableHint(bootstrapServer, dir string) string {
+	if strings.TrimSpace(bootstrapServer) != "" {
+		return "is the cluster running?"
+	}
+	if dir == "" {
+		dir = DefaultDir()
+	}
+	return "is the cluster running? `cluster up --dir " + dir + "` starts it"
+}

@@ -150,6 +150,9 @@ type Consumer struct {
 	joinReq chan joinRequest
 	// wake is signalled when a fetcher buffered records.
 	wake chan struct{}
+	// assignWarn limits the member goroutine's warnings about an
+	// assignment it cannot compute.
+	assignWarn client.RateLimit
 
 	mu sync.Mutex
 	// member and generation as the coordinator knows them (commits use
@@ -188,6 +191,10 @@ type event struct {
 	from, to, resumeAt int64
 }
 
+// assignWarnEvery is the least time between two warnings that the leader
+// could not compute the assignment.
+const assignWarnEvery = 30 * time.Second
+
 type joinRequest struct {
 	owned      []TopicPartition
 	generation int32
@@ -203,7 +210,8 @@ func New(cfg Config) (*Consumer, error) {
 	c := &Consumer{cfg: cfg, log: cfg.Logger.With("group", cfg.Group), cl: cfg.Client, assignor: a, coop: assign.Cooperative(a),
 		owned: map[TopicPartition]*fetcher{}, positions: map[TopicPartition]int64{}, ownedGen: -1,
 		events: make(chan event, 64), joinReq: make(chan joinRequest, 1), wake: make(chan struct{}, 1),
-		state: "joining", stop: make(chan struct{}), lastPoll: time.Now()}
+		state: "joining", stop: make(chan struct{}), lastPoll: time.Now(),
+		assignWarn: client.RateLimit{Every: assignWarnEvery}}
 	c.wg.Add(1)
 	go c.member()
 	return c, nil

@@ -124,7 +124,11 @@ func (c *Consumer) rebalance(ctx context.Context, req joinRequest) {
 		}
 		sub.Owned = []*tapesv1.TopicPartitions{tp}
 	}
-	backoff := 100 * time.Millisecond
+	// Failed joins and assignments are retried with a growing backoff (to
+	// one second, below any session timeout, as the leader heartbeats
+	// nothing meanwhile); an assignment that keeps failing (a topic that
+	// does not exist) is warned about at once, then every assignWarnEvery.
+	bo := client.NewBackoff(100*time.Millisecond, time.Second)
 	for ctx.Err() == nil {
 		member, _ := c.Membership()
 		join := &tapesv1.JoinGroupRequest{GroupId: c.cfg.Group, MemberId: member, ClientId: c.cfg.ClientID, ProtocolType: "consumer",
@@ -141,7 +145,7 @@ func (c *Consumer) rebalance(ctx context.Context, req joinRequest) {
 				c.setMembership("", -1, "", "joining")
 			}
 			c.log.Info("join failed, retrying", "err", err)
-			sleep(ctx, backoff)
+			_ = bo.Wait(ctx)
 			continue
 		}
 		c.mu.Lock()
@@ -150,8 +154,12 @@ func (c *Consumer) rebalance(ctx context.Context, req joinRequest) {
 		var assignments []*tapesv1.MemberAssignment
 		if resp.LeaderId == resp.MemberId {
 			if assignments, err = c.assign(ctx, resp); err != nil {
-				c.log.Warn("leader could not compute the assignment; rejoining", "err", err)
-				sleep(ctx, backoff)
+				if c.assignWarn.Due(time.Now()) {
+					c.log.Warn("leader could not compute the assignment; rejoining with backoff", "err", err)
+				} else {
+					c.log.Debug("leader could not compute the assignment; rejoining", "err", err)
+				}
+				_ = bo.Wait(ctx)
 				continue
 			}
 		}

@@ -317,6 +317,34 @@ func TestWaitReadyWaitsForAController(t *testing.T) {
 	}
 }
 
+// A broker that answers with a retriable Kafka error (not registered yet)
+// is on its way: WaitReady says it is starting, not that it fails.
+func TestWaitReadyCallsAnUnregisteredBrokerStarting(t *testing.T) {
+	dir := t.TempDir()
+	o := fakeOptions(t, dir, 1, "--fake-registered-file", filepath.Join(dir, "registered"))
+	c, err := Start(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Each WaitReady ends at its deadline with what its last round found;
+	// once the fake serves (it may take a while to start on a loaded
+	// machine), that is the unregistered broker, called starting.
+	want := "broker-1 is starting (broker 1 has not registered with the controller yet)"
+	eventually.Nil(t, 60*time.Second, "WaitReady to call broker-1 starting", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		err := c.WaitReady(ctx)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitReady = %v; want the deadline", err)
+		}
+		if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "does not answer") {
+			return err
+		}
+		return nil
+	})
+}
+
 func TestCloseStopsEveryChildAndStartResumesTheCluster(t *testing.T) {
 	dir := t.TempDir()
 	o := fakeOptions(t, dir, 3)

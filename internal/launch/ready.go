@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
 const (
@@ -90,6 +91,11 @@ func (c *Cluster) readiness(ctx context.Context, clients []tapesv1.BrokerService
 		if err != nil {
 			if ctx.Err() != nil {
 				return fmt.Sprintf("%s has not answered Metadata", ch.name), nil
+			}
+			if ke, ok := kerr.As(kerr.FromStatus(err)); ok && ke.Code().Retriable() {
+				// A broker that answers with a retriable error is on its
+				// way (not registered or caught up yet): progress.
+				return fmt.Sprintf("%s is starting (%s)", ch.name, ke.Detail.GetMessage()), nil
 			}
 			st := status.Convert(err)
 			return fmt.Sprintf("%s does not answer Metadata: %s: %s", ch.name, st.Code(), st.Message()), nil

@@ -82,6 +82,11 @@ type Config struct {
 	OnBatch func(*Result)
 	// Logger receives retries and failures (Debug and Warn); nil discards.
 	Logger *slog.Logger
+	// Now is the producer's clock (nil: time.Now): record send times, and
+	// with them linger, retry backoff and the delivery timeout. Tests make
+	// time an input with it; the partition goroutine's timer still sleeps
+	// real time for the durations this clock computes.
+	Now func() time.Time
 }
 
 // DefaultConfig returns Kafka's producer defaults for topic, with acks=all.

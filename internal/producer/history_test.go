@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/tapes-dev/tapes/internal/eventually"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
@@ -69,23 +72,23 @@ func TestHistoryLinesHaveTheIssuesShape(t *testing.T) {
 
 func TestHistoryIsFlushedWithoutClose(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "h.jsonl")
-	h, err := CreateHistory(path, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	h.Write(&Result{BaseOffset: 0, Attempts: 1, Done: time.Now(), Records: []*Record{rec("a", "k", "v", time.Now())}})
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		b, _ := os.ReadFile(path)
-		if bytes.Contains(b, []byte(`"event_id":"a"`)) && bytes.HasSuffix(b, []byte("}\n")) {
-			return // on disk before Close: a SIGKILL would not lose it
+	synctest.Test(t, func(t *testing.T) {
+		h, err := CreateHistory(path, 1)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("line not on disk %v after Write: %q", 2*time.Second, b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer h.Close()
+		h.Write(&Result{BaseOffset: 0, Attempts: 1, Done: time.Now(), Records: []*Record{rec("a", "k", "v", time.Now())}})
+		// On disk within one flush interval (of the bubble's clock), before
+		// Close: a SIGKILL would not lose it.
+		eventually.Nil(t, FlushInterval, "the line on disk", func() error {
+			b, _ := os.ReadFile(path)
+			if bytes.Contains(b, []byte(`"event_id":"a"`)) && bytes.HasSuffix(b, []byte("}\n")) {
+				return nil
+			}
+			return fmt.Errorf("file holds %q", b)
+		})
+	})
 }
 
 func TestReadHistoryIgnoresOnlyATornLastLine(t *testing.T) {

@@ -97,7 +97,8 @@ func (pt *partition) poke() {
 
 // append adds a record to the open batch, closing the batch first when the
 // record would take it past the batch limit, and after when it reached the
-// limit.
+// limit. It wakes the partition goroutine when a batch opened, filled, or
+// has lingered long enough.
 func (pt *partition) append(r *Record, msg *tapesv1.Record, reserved int64) {
 	pt.mu.Lock()
 	b := pt.open
@@ -125,8 +126,12 @@ func (pt *partition) append(r *Record, msg *tapesv1.Record, reserved int64) {
 	if full {
 		pt.closeOpen()
 	}
+	// A record that finds the batch past its linger window (on the
+	// producer's clock) wakes the partition too, rather than leave the
+	// send to its timer.
+	lingered := !full && !r.SentAt.Before(b.created.Add(pt.p.cfg.Linger))
 	pt.mu.Unlock()
-	if opened || full {
+	if opened || full || lingered {
 		pt.poke()
 	}
 }
@@ -186,7 +191,7 @@ func (pt *partition) failed(b *batch, err error, name string) finished {
 	}
 	pt.p.log.Log(context.Background(), level, "batch failed", "partition", pt.id, "records", len(b.records), "attempts", b.attempts, "error", name, "err", err)
 	return finished{&Result{Topic: pt.p.topic, Partition: pt.id, Records: b.records, BaseOffset: -1,
-		Err: err, ErrName: name, Attempts: b.attempts, Done: time.Now()}, b.reserved}
+		Err: err, ErrName: name, Attempts: b.attempts, Done: pt.p.cfg.Now()}, b.reserved}
 }
 
 func (pt *partition) report(done []finished) {
@@ -238,7 +243,7 @@ func (pt *partition) run() {
 // left).
 func (pt *partition) pump(done *[]finished) (wait time.Duration, exit bool) {
 	p := pt.p
-	now := time.Now()
+	now := p.cfg.Now()
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	if p.aborted.Load() {
@@ -396,7 +401,7 @@ func (pt *partition) handle(r *attemptResult, done *[]finished) {
 	if i := slices.Index(pt.inflight, b); i >= 0 {
 		pt.inflight = slices.Delete(pt.inflight, i, i+1)
 	}
-	now := time.Now()
+	now := pt.p.cfg.Now()
 	if r.err == nil {
 		pt.recovering = false
 		*done = append(*done, pt.succeeded(b, r.resp, now))

@@ -116,6 +116,9 @@ type Producer struct {
 // producer id when cfg.Idempotent, and starts one goroutine per partition.
 // An unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
 func New(ctx context.Context, cl *client.Client, cfg Config) (*Producer, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -191,7 +194,7 @@ func (p *Producer) ProducerID() (int64, int32) { return p.pid, p.epoch }
 // that cannot fit in any batch of the topic is RECORD_TOO_LARGE, and Send
 // after Close is ErrClosed: neither record is reported.
 func (p *Producer) Send(ctx context.Context, r *Record) error {
-	r.SentAt = time.Now()
+	r.SentAt = p.cfg.Now()
 	if r.Timestamp == 0 {
 		r.Timestamp = r.SentAt.UnixMilli()
 	}

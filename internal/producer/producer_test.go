@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/eventually"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/partitioner"
@@ -276,25 +277,30 @@ func TestBatchesStayUnderMaxMessageBytesAndOversizeRecordsAreRefused(t *testing.
 	}
 }
 
+// The linger window is measured on the producer's clock, an input here:
+// records sent while the clock stands still stay in one open batch, and
+// the first record after the clock passed the window sends them all in one
+// request. (With a real clock and a one-hour linger nothing would leave.)
 func TestLingerHoldsAPartialBatch(t *testing.T) {
 	fc := newFakeCluster(t, 1, "t", 1)
 	col := newCollector()
 	cfg := testConfig("t")
-	cfg.Linger = 300 * time.Millisecond
+	cfg.Linger = time.Hour
+	cfg.DeliveryTimeout = 3 * time.Hour // measured on the same clock
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	p := startProducer(t, fc, cfg, col)
-	start := time.Now()
 	for i := 0; i < 3; i++ {
 		p.Send(context.Background(), &Record{Value: []byte("v" + strconv.Itoa(i)), Tag: int64(i)})
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.Stats().Acked < 3 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if el := time.Since(start); el < 280*time.Millisecond || el > 2*time.Second {
-		t.Fatalf("three records acknowledged after %v; want about the 300ms linger", el)
-	}
+	mu.Lock()
+	now = now.Add(time.Hour)
+	mu.Unlock()
+	p.Send(context.Background(), &Record{Value: []byte("v3"), Tag: 3})
+	eventually.True(t, 30*time.Second, "four records acknowledged", func() bool { return p.Stats().Acked == 4 })
 	if n := fc.requestCount(0); n != 1 {
-		t.Fatalf("%d requests; want one batch", n)
+		t.Fatalf("%d requests; want the four records in one batch", n)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tapes-dev/tapes/internal/check"
 	"github.com/tapes-dev/tapes/internal/consumer"
 	"github.com/tapes-dev/tapes/internal/producer"
 )
@@ -230,7 +231,8 @@ type checkView struct {
 
 type countRow struct {
 	Kind, Count string
-	Nonzero     bool
+	Nonzero     bool   // a nonzero count of a kind without Note: shown as bad
+	Note        string // check.Notes[Kind]
 }
 
 type fileRow struct {
@@ -491,9 +493,9 @@ func checkResult(raw []byte) checkView {
 	if counts, ok := m["counts"].(map[string]any); ok {
 		v.HasVerdict = true
 		for _, k := range slices.Sorted(maps.Keys(counts)) {
-			row := countRow{Kind: k, Count: fmt.Sprint(counts[k])}
+			row := countRow{Kind: k, Count: fmt.Sprint(counts[k]), Note: check.Notes[k]}
 			if f, ok := counts[k].(float64); ok {
-				row.Nonzero = f != 0
+				row.Nonzero = f != 0 && row.Note == ""
 				if f == math.Trunc(f) && math.Abs(f) < 1e15 {
 					row.Count = strconv.FormatInt(int64(f), 10)
 				}

@@ -330,6 +330,13 @@ func TestWriteCheckJSON(t *testing.T) {
 				`<tr><td><code>unseen</code></td><td class="num">0</td></tr>`},
 		},
 		{
+			// Sends a pipelining producer reordered are explained, not
+			// marked as bad.
+			name: "nonmonotonic-send", check: `{"counts":{"nonmonotonic-send":3},"valid":true}`,
+			want:   []string{`<tr><td><code>nonmonotonic-send</code></td><td class="num">3</td><td>sends reordered, not lost: a producer that pipelines`},
+			absent: []string{`<tr class="bad"><td><code>nonmonotonic-send`},
+		},
+		{
 			name: "override", check: `{"valid":true}`, passed: new(false),
 			want: []string{`<div class="verdict fail">`},
 		},

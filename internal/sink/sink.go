@@ -27,9 +27,17 @@ const DefaultLockWait = time.Minute
 // before failing with SQLITE_BUSY.
 const busyTimeoutMs = 10000
 
-// ErrLocked is wrapped by the errors of Open and Apply when other
-// connections held the database locked for longer than Options.LockWait.
-var ErrLocked = errors.New("database locked")
+// Errors of Open and Apply.
+var (
+	// ErrLocked is wrapped by the errors of Open and Apply when other
+	// connections held the database locked for longer than
+	// Options.LockWait.
+	ErrLocked = errors.New("database locked")
+	// ErrNotASink is wrapped by Open's error for an SQLite database that is
+	// not a tapes sink (PRAGMA user_version 0) and holds tables of its own:
+	// Open refuses to add the sink's tables beside them.
+	ErrNotASink = errors.New("not a tapes sink")
+)
 
 // Options configure a Sink.
 type Options struct {
@@ -185,6 +193,11 @@ func createSchema(ctx context.Context, db *sql.DB) (err error) {
 	if version > SchemaVersion {
 		return fmt.Errorf("schema version %d is newer than this program's %d", version, SchemaVersion)
 	}
+	if version == 0 {
+		if err := refuseForeignTables(ctx, tx); err != nil {
+			return err
+		}
+	}
 	if _, err := tx.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("create schema: %w", err)
 	}
@@ -195,6 +208,34 @@ func createSchema(ctx context.Context, db *sql.DB) (err error) {
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit schema: %w", err)
+	}
+	return nil
+}
+
+// refuseForeignTables fails with ErrNotASink when a database that has no
+// sink schema version holds tables other than the sink's own (a sink whose
+// creation was interrupted has only those).
+func refuseForeignTables(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table'
+		AND name NOT LIKE 'sqlite\_%' ESCAPE '\' AND name NOT IN ('effects', 'balances', 'processed') ORDER BY name`)
+	if err != nil {
+		return fmt.Errorf("list tables: %w", err)
+	}
+	defer rows.Close()
+	var foreign []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return fmt.Errorf("list tables: %w", err)
+		}
+		foreign = append(foreign, name)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list tables: %w", err)
+	}
+	if len(foreign) > 0 {
+		return fmt.Errorf("%w: the database has tables of its own (%s) and no sink schema version; use a new file for the sink",
+			ErrNotASink, strings.Join(foreign, ", "))
 	}
 	return nil
 }

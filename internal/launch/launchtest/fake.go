@@ -66,6 +66,7 @@ func run(args []string) error {
 	fs.String("metrics-listen", "", "ignored")
 	ignoreTerm := fs.Bool("fake-ignore-term", false, "ignore SIGTERM")
 	controllerFile := fs.String("fake-controller-file", "", "no controller while this file is missing")
+	registeredFile := fs.String("fake-registered-file", "", "Metadata answers BROKER_NOT_AVAILABLE (not registered yet) while this file is missing")
 	topicsFile := fs.String("fake-topics-file", "", "shared topic list")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -112,7 +113,7 @@ func run(args []string) error {
 		signal.Ignore(syscall.SIGTERM)
 	}
 	srv := grpc.NewServer()
-	tapesv1.RegisterBrokerServiceServer(srv, &fake{id: int32(*id), brokers: brokers, controllerFile: *controllerFile, topicsFile: *topicsFile})
+	tapesv1.RegisterBrokerServiceServer(srv, &fake{id: int32(*id), brokers: brokers, controllerFile: *controllerFile, registeredFile: *registeredFile, topicsFile: *topicsFile})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("fake brokerd serving", "id", *id, "address", addr, "peers", *peers)
@@ -148,11 +149,17 @@ type fake struct {
 	id             int32
 	brokers        []*tapesv1.BrokerInfo
 	controllerFile string
+	registeredFile string
 	topicsFile     string
 	mu             sync.Mutex // serialises CreateTopics within this fake
 }
 
 func (f *fake) Metadata(_ context.Context, req *tapesv1.MetadataRequest) (*tapesv1.MetadataResponse, error) {
+	if f.registeredFile != "" {
+		if _, err := os.Stat(f.registeredFile); err != nil {
+			return nil, kerr.ToStatus(kerr.New(kerr.BrokerNotAvailable, "broker %d has not registered with the controller yet", f.id))
+		}
+	}
 	resp := &tapesv1.MetadataResponse{Brokers: f.brokers, ControllerId: f.brokers[0].Id, BrokerId: f.id}
 	if f.controllerFile != "" {
 		if _, err := os.Stat(f.controllerFile); err != nil {
