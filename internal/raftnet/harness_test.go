@@ -18,6 +18,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
 )
@@ -46,6 +48,18 @@ func (p *peerTable) resolve(a raft.ServerAddress) (string, error) {
 	return target, nil
 }
 
+// idOf returns the broker whose dial target is target, or "" if none.
+func (p *peerTable) idOf(target string) raft.ServerAddress {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for a, t := range p.addrs {
+		if t == target {
+			return a
+		}
+	}
+	return ""
+}
+
 func (p *peerTable) set(a raft.ServerAddress, target string) {
 	p.mu.Lock()
 	p.addrs[a] = target
@@ -70,6 +84,10 @@ type broker struct {
 	streamAppends  atomic.Int64
 	appendCalls    atomic.Int64
 	streams        atomic.Int64
+	// noPreVote makes the server answer RequestPreVote as a RaftService
+	// without that method does (codes.Unimplemented): a broker from before
+	// pre-vote.
+	noPreVote atomic.Bool
 }
 
 // countingStream counts the messages of a heartbeat stream.
@@ -102,7 +120,10 @@ func (b *broker) serve(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == raftv1.RaftService_RequestPreVote_FullMethodName && b.noPreVote.Load() {
+			return nil, status.Errorf(codes.Unimplemented, "unknown method RequestPreVote for service tapes.raft.v1.RaftService")
+		}
 		if r, ok := req.(*raftv1.AppendEntriesRequest); ok {
 			b.appendCalls.Add(1)
 			if len(r.GetEntries()) == 0 && r.GetPrevLogEntry() == 0 && r.GetLeaderCommitIndex() == 0 {
@@ -133,13 +154,19 @@ type cluster struct {
 	brokers []*broker
 }
 
-func newCluster(t testing.TB, n int, cfg Config) *cluster {
+// newCluster starts n brokers with cfg; each of perBroker, if any, then
+// adjusts the configuration of each broker (its LocalID set).
+func newCluster(t testing.TB, n int, cfg Config, perBroker ...func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t, peers: newPeerTable()}
 	for i := 1; i <= n; i++ {
 		cfg := cfg
+		cfg.DialOptions = slices.Clone(cfg.DialOptions)
 		cfg.LocalID = raft.ServerID(strconv.Itoa(i))
 		cfg.Resolve = c.peers.resolve
+		for _, f := range perBroker {
+			f(&cfg)
+		}
 		if cfg.Logger == nil {
 			cfg.Logger = slog.New(slog.NewTextHandler(testWriter(t), nil))
 		}

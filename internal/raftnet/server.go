@@ -57,6 +57,22 @@ func (s *server) RequestVote(ctx context.Context, in *raftv1.RequestVoteRequest)
 	return requestVoteResponseToProto(out), nil
 }
 
+func (s *server) RequestPreVote(ctx context.Context, in *raftv1.RequestPreVoteRequest) (*raftv1.RequestPreVoteResponse, error) {
+	t := s.mux.lookup(in.GetGroup())
+	if t == nil {
+		return nil, unknownGroupStatus(in.GetGroup())
+	}
+	resp, err := t.deliver(ctx, requestPreVoteRequestFromProto(in), false)
+	if err != nil {
+		return nil, err
+	}
+	out, ok := resp.(*raft.RequestPreVoteResponse)
+	if !ok {
+		return nil, unexpectedResponse(resp)
+	}
+	return requestPreVoteResponseToProto(out), nil
+}
+
 func (s *server) TimeoutNow(ctx context.Context, in *raftv1.TimeoutNowRequest) (*raftv1.TimeoutNowResponse, error) {
 	t := s.mux.lookup(in.GetGroup())
 	if t == nil {

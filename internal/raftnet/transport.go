@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
 )
@@ -71,8 +73,9 @@ type appendMark struct {
 const appendIdleGap = 5
 
 var (
-	_ raft.Transport = (*Transport)(nil)
-	_ raft.WithClose = (*Transport)(nil)
+	_ raft.Transport   = (*Transport)(nil)
+	_ raft.WithClose   = (*Transport)(nil)
+	_ raft.WithPreVote = (*Transport)(nil)
 )
 
 func newTransport(m *Mux, name string) *Transport {
@@ -222,6 +225,35 @@ func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args
 		return t.fail("request vote", target, err)
 	}
 	requestVoteResponseFromProto(out, resp)
+	return nil
+}
+
+// RequestPreVote implements raft.WithPreVote, which makes hashicorp/raft
+// run a pre-vote round before every election that is not a leadership
+// transfer (unless Config.PreVoteDisabled): a candidate raises its term only
+// once a majority would vote for it, and a peer that has a leader refuses,
+// so a server that was away (paused, cut off) cannot depose a leader the
+// others still follow. Like RequestVote it does not wait for a peer that is
+// down, and a peer that does not serve the group refuses (ErrUnknownGroup).
+// A peer whose RaftService lacks the method (an older broker) answers
+// codes.Unimplemented: the error then wraps ErrPreVoteUnsupported, whose
+// text raft reads as "peer without pre-vote" and counts as a granted
+// pre-vote, so that the real election decides.
+func (t *Transport) RequestPreVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	c, err := t.client(target)
+	if err != nil {
+		return t.fail("request pre-vote", target, err)
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, t.mux.cfg.RPCTimeout)
+	defer cancel()
+	out, err := c.RequestPreVote(ctx, requestPreVoteRequestToProto(t.name, args))
+	if status.Code(err) == codes.Unimplemented {
+		err = fmt.Errorf("%w: %w", ErrPreVoteUnsupported, err)
+	}
+	if err != nil {
+		return t.fail("request pre-vote", target, err)
+	}
+	requestPreVoteResponseFromProto(out, resp)
 	return nil
 }
 
