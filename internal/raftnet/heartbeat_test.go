@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -993,174 +994,129 @@ func serveFake(t *testing.T, f *fakePeer) (*grpc.ClientConn, *grpc.Server) {
 	return dialFake(t, addr), srv
 }
 
-// TestHBBatcher drives the batcher against a fake peer: a batch leaves
-// linger after its first call, with everything queued since, and each
-// caller gets its own answer, whatever the order and grouping of the
-// answers; without linger a call leaves at once; a full batch leaves at
-// once; calls whose caller gave up are left out; a nudge sends a batch
-// that has waited half its linger; a stream that breaks fails its
-// unanswered calls at once, and the next batch opens a new one; a call to
-// a peer that is down waits for it up to its deadline, and is answered if
-// the peer comes back in time; close fails what is queued or awaits an
-// answer and ends the batcher's goroutines.
+// TestHBBatcher drives the batcher against a fake peer over an in-memory
+// stream, in a testing/synctest bubble: time is the bubble's clock, so each
+// check says when a batch leaves exactly, as a consequence of what (its
+// linger, a nudge, an answer). A batch leaves linger after its first call,
+// with everything queued since, and each caller gets its own answer,
+// whatever the order and grouping of the answers; without linger a call
+// leaves at once; a full batch leaves at once; calls whose caller gave up
+// are left out; a nudge sends a batch that has waited half its linger; a
+// stream that breaks fails its unanswered calls at once, and the next batch
+// opens a new one; close fails what is queued or awaits an answer and ends
+// the batcher's goroutines (the bubble would otherwise not end).
+// TestHBBatcherPeerDownAndBack does, over the network, what needs gRPC's
+// connection handling.
 func TestHBBatcher(t *testing.T) {
 	const linger = 30 * time.Millisecond
-	newCall := func(group string, term uint64, timeout time.Duration) *hbCall {
-		c := &hbCall{deadline: time.Now().Add(timeout), done: make(chan hbResult, 1)}
-		heartbeatCallFromRequest(&c.msg, group, heartbeatReq(term))
-		return c
+	// bubble runs f in a synctest bubble with a batcher of linger whose
+	// peer answers with handle (default answerAll), and closes the batcher
+	// at the end.
+	bubble := func(t *testing.T, linger time.Duration, handle func(raftv1.RaftService_HeartbeatStreamServer, *raftv1.HeartbeatStreamRequest) error, f func(t *testing.T, f *fakePeer, b *hbBatcher)) {
+		synctest.Test(t, func(t *testing.T) {
+			peer := &fakePeer{handle: handle, msgs: make(chan fakeMsg, 16)}
+			b := newHBBatcher(memClient{srv: peer}, nil, linger, nil)
+			defer b.close()
+			f(t, peer, b)
+		})
 	}
-	result := func(t *testing.T, c *hbCall) hbResult {
+	// at checks that a message left exactly when its cause came.
+	at := func(t *testing.T, what string, got, want time.Time) {
 		t.Helper()
-		select {
-		case r := <-c.done:
-			return r
-		case <-time.After(5 * time.Second):
-			t.Fatalf("no answer for %s", c.msg.GetGroup())
-			return hbResult{}
+		if !got.Equal(want) {
+			t.Errorf("%s left at %v, want %v", what, got.Sub(want), time.Duration(0))
 		}
-	}
-	answered := func(t *testing.T, c *hbCall, term uint64) {
-		t.Helper()
-		if r := result(t, c); r.err != nil || r.answer.GetTerm() != term {
-			t.Errorf("%s: %+v, want an answer with term %d", c.msg.GetGroup(), r, term)
-		}
-	}
-	nextMsg := func(t *testing.T, f *fakePeer) fakeMsg {
-		t.Helper()
-		select {
-		case m := <-f.msgs:
-			return m
-		case <-time.After(5 * time.Second):
-			t.Fatal("no message")
-			return fakeMsg{}
-		}
-	}
-	noMsg := func(t *testing.T, f *fakePeer, d time.Duration) {
-		t.Helper()
-		select {
-		case m := <-f.msgs:
-			t.Fatalf("unexpected message with %v", m.groups)
-		case <-time.After(d):
-		}
-	}
-	// between checks that a batch left in [from, to): it did not leave
-	// before its cause, and it left before the next thing that could
-	// have sent it. Each test spaces the causes far apart (an hour-long
-	// linger, a nudge at a quarter of it) so a loaded machine cannot
-	// make a right answer look wrong.
-	between := func(t *testing.T, what string, got, from, to time.Time) {
-		t.Helper()
-		if got.Before(from.Add(-2 * time.Millisecond)) {
-			t.Errorf("%s left %v before its due time", what, from.Sub(got))
-		}
-		if !got.Before(to) {
-			t.Errorf("%s left %v after %v, too late to be caused by it", what, got.Sub(from), to.Sub(from))
-		}
-	}
-	// newPeer returns a batcher whose stream to a fake peer is open, so
-	// that connecting takes no part in the timings.
-	newPeer := func(t *testing.T, linger time.Duration, handle func(raftv1.RaftService_HeartbeatStreamServer, *raftv1.HeartbeatStreamRequest) error) (*fakePeer, *hbBatcher) {
-		f := &fakePeer{handle: handle, msgs: make(chan fakeMsg, 16)}
-		cc, _ := serveFake(t, f)
-		b := newHBBatcher(raftv1.NewRaftServiceClient(cc), cc, linger, nil)
-		t.Cleanup(b.close)
-		warm := newCall("warm-up", 1, 10*time.Second)
-		_ = b.enqueue(warm, true)
-		b.nudge(time.Now().Add(24 * time.Hour)) // a day later: leaves now
-		nextMsg(t, f)
-		if r := result(t, warm); r.err != nil {
-			t.Fatalf("warm-up: %v", r.err)
-		}
-		return f, b
 	}
 
 	t.Run("linger", func(t *testing.T) {
-		// Longer than the other subtests' linger, so that a batch that
-		// waited for it stands apart from one that left at once.
-		const linger = 200 * time.Millisecond
-		f, b := newPeer(t, linger, nil)
-		first := time.Now()
-		a := newCall("a", 1, time.Second)
-		if err := b.enqueue(a, true); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-		c := newCall("c", 2, time.Second)
-		_ = b.enqueue(c, true)
-		m := nextMsg(t, f)
-		between(t, "batch", m.at, first.Add(linger), first.Add(3*linger))
-		if len(m.groups) != 2 {
-			t.Errorf("message carried %v, want a and c", m.groups)
-		}
-		answered(t, a, 1)
-		answered(t, c, 2)
-		// The next batch: linger after its first call, on the same stream.
-		first = time.Now()
-		d := newCall("d", 3, time.Second)
-		_ = b.enqueue(d, true)
-		m = nextMsg(t, f)
-		between(t, "second batch", m.at, first.Add(linger), first.Add(3*linger))
-		answered(t, d, 3)
-		if m.stream != 1 {
-			t.Errorf("second batch on stream %d, want the first one", m.stream)
-		}
+		bubble(t, linger, nil, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			first := time.Now()
+			a := newHBCall("a", 1, time.Second)
+			if err := b.enqueue(a, true); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(linger / 3)
+			c := newHBCall("c", 2, time.Second)
+			_ = b.enqueue(c, true)
+			m := nextFakeMsg(t, f)
+			at(t, "batch", m.at, first.Add(linger))
+			if len(m.groups) != 2 {
+				t.Errorf("message carried %v, want a and c", m.groups)
+			}
+			hbAnswered(t, a, 1)
+			hbAnswered(t, c, 2)
+			// The next batch: linger after its first call, on the same stream.
+			first = time.Now()
+			d := newHBCall("d", 3, time.Second)
+			_ = b.enqueue(d, true)
+			m = nextFakeMsg(t, f)
+			at(t, "second batch", m.at, first.Add(linger))
+			hbAnswered(t, d, 3)
+			if m.stream != 1 {
+				t.Errorf("second batch on stream %d, want the first one", m.stream)
+			}
+		})
 	})
 
 	t.Run("no linger", func(t *testing.T) {
-		hold := make(chan struct{})
-		f, b := newPeer(t, 0, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+		// Made in the bubble (see below): a goroutine waiting on a channel
+		// from outside would keep the bubble's clock from moving.
+		var hold chan struct{}
+		bubble(t, 0, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
 			if in.GetCalls()[0].GetGroup() == "held" {
 				<-hold
 			}
 			return answerAll(s, in)
+		}, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			hold = make(chan struct{})
+			start := time.Now()
+			a := newHBCall("a", 1, time.Second)
+			_ = b.enqueue(a, true)
+			at(t, "call to an idle peer", nextFakeMsg(t, f).at, start)
+			hbAnswered(t, a, 1)
+			// While a call awaits its answer, the next ones wait for it.
+			held := newHBCall("held", 2, 5*time.Second)
+			_ = b.enqueue(held, true)
+			nextFakeMsg(t, f)
+			p, q := newHBCall("p", 3, 5*time.Second), newHBCall("q", 4, 5*time.Second)
+			_ = b.enqueue(p, true)
+			_ = b.enqueue(q, true)
+			noFakeMsg(t, f, time.Second)
+			released := time.Now()
+			close(hold)
+			m := nextFakeMsg(t, f)
+			at(t, "calls queued behind an unanswered one", m.at, released)
+			if len(m.groups) != 2 {
+				t.Errorf("message carried %v, want p and q", m.groups)
+			}
+			hbAnswered(t, held, 2)
+			hbAnswered(t, p, 3)
+			hbAnswered(t, q, 4)
 		})
-		start := time.Now()
-		a := newCall("a", 1, time.Second)
-		_ = b.enqueue(a, true)
-		between(t, "call to an idle peer", nextMsg(t, f).at, start, start.Add(2*time.Second))
-		answered(t, a, 1)
-		// While a call awaits its answer, the next ones wait for it.
-		held := newCall("held", 2, 5*time.Second)
-		_ = b.enqueue(held, true)
-		nextMsg(t, f)
-		p, q := newCall("p", 3, 5*time.Second), newCall("q", 4, 5*time.Second)
-		_ = b.enqueue(p, true)
-		_ = b.enqueue(q, true)
-		noMsg(t, f, 20*time.Millisecond)
-		released := time.Now()
-		close(hold)
-		m := nextMsg(t, f)
-		between(t, "calls queued behind an unanswered one", m.at, released, released.Add(2*time.Second))
-		if len(m.groups) != 2 {
-			t.Errorf("message carried %v, want p and q", m.groups)
-		}
-		answered(t, held, 2)
-		answered(t, p, 3)
-		answered(t, q, 4)
 	})
 
 	t.Run("full batch", func(t *testing.T) {
-		f, b := newPeer(t, time.Hour, nil)
-		start := time.Now()
-		calls := make([]*hbCall, maxHeartbeatBatch)
-		for i := range calls {
-			calls[i] = newCall(fmt.Sprint(i), uint64(i+1), 5*time.Second)
-			_ = b.enqueue(calls[i], true)
-		}
-		m := nextMsg(t, f)
-		between(t, "full batch", m.at, start, start.Add(time.Minute)) // linger: an hour
-		if len(m.groups) != maxHeartbeatBatch {
-			t.Errorf("full batch carried %d calls", len(m.groups))
-		}
-		for i, c := range calls {
-			answered(t, c, uint64(i+1))
-		}
+		bubble(t, time.Hour, nil, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			start := time.Now()
+			calls := make([]*hbCall, maxHeartbeatBatch)
+			for i := range calls {
+				calls[i] = newHBCall(fmt.Sprint(i), uint64(i+1), 5*time.Second)
+				_ = b.enqueue(calls[i], true)
+			}
+			m := nextFakeMsg(t, f)
+			at(t, "full batch", m.at, start) // linger: an hour
+			if len(m.groups) != maxHeartbeatBatch {
+				t.Errorf("full batch carried %d calls", len(m.groups))
+			}
+			for i, c := range calls {
+				hbAnswered(t, c, uint64(i+1))
+			}
+		})
 	})
 
 	t.Run("answers by id", func(t *testing.T) {
 		// One answer per message, last call first.
-		f, b := newPeer(t, linger, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+		bubble(t, linger, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
 			calls := in.GetCalls()
 			for i := len(calls) - 1; i >= 0; i-- {
 				c := calls[i]
@@ -1169,170 +1125,235 @@ func TestHBBatcher(t *testing.T) {
 				}
 			}
 			return nil
+		}, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			var calls []*hbCall
+			for i := range 5 {
+				calls = append(calls, newHBCall(fmt.Sprint(i), uint64(i+1), time.Second))
+				_ = b.enqueue(calls[i], true)
+			}
+			nextFakeMsg(t, f)
+			for i, c := range calls {
+				hbAnswered(t, c, uint64(i+1)*10)
+			}
 		})
-		var calls []*hbCall
-		for i := range 5 {
-			calls = append(calls, newCall(fmt.Sprint(i), uint64(i+1), time.Second))
-			_ = b.enqueue(calls[i], true)
-		}
-		nextMsg(t, f)
-		for i, c := range calls {
-			answered(t, c, uint64(i+1)*10)
-		}
 	})
 
 	t.Run("callers gone", func(t *testing.T) {
-		f, b := newPeer(t, linger, nil)
-		gone := make(chan struct{})
-		close(gone)
-		left := newCall("left", 1, time.Second)
-		left.gone = gone
-		_ = b.enqueue(left, true)
-		_ = b.enqueue(newCall("late", 1, time.Millisecond), true)
-		stay := newCall("stay", 1, time.Second)
-		_ = b.enqueue(stay, true)
-		m := nextMsg(t, f)
-		if len(m.groups) != 1 || m.groups[0] != "stay" {
-			t.Errorf("message carried %v, want only stay", m.groups)
-		}
-		answered(t, stay, 1)
-		// Nobody waits for the others: they get no answer.
-		select {
-		case r := <-left.done:
-			t.Errorf("left got %+v", r)
-		default:
-		}
-		// All gone: no message at all.
-		_ = b.enqueue(left, true)
-		noMsg(t, f, 2*linger)
+		bubble(t, linger, nil, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			gone := make(chan struct{})
+			close(gone)
+			left := newHBCall("left", 1, time.Second)
+			left.gone = gone
+			_ = b.enqueue(left, true)
+			// Its deadline passes before the batch leaves.
+			_ = b.enqueue(newHBCall("late", 1, linger/2), true)
+			stay := newHBCall("stay", 1, time.Second)
+			_ = b.enqueue(stay, true)
+			m := nextFakeMsg(t, f)
+			if len(m.groups) != 1 || m.groups[0] != "stay" {
+				t.Errorf("message carried %v, want only stay", m.groups)
+			}
+			hbAnswered(t, stay, 1)
+			// Nobody waits for the others: they get no answer.
+			select {
+			case r := <-left.done:
+				t.Errorf("left got %+v", r)
+			default:
+			}
+			// All gone: no message at all.
+			_ = b.enqueue(left, true)
+			noFakeMsg(t, f, 10*linger)
+		})
 	})
 
 	t.Run("nudge", func(t *testing.T) {
 		const long = 2 * time.Second
-		f, b := newPeer(t, long, nil)
-		first := time.Now()
-		a := newCall("a", 1, 2*long)
-		_ = b.enqueue(a, true)
-		b.nudge(time.Now()) // too young: stays
-		noMsg(t, f, long/4)
-		time.Sleep(long/2 - time.Since(first))
-		nudged := time.Now()
-		b.nudge(nudged)
-		between(t, "nudged batch", nextMsg(t, f).at, nudged, first.Add(long))
-		answered(t, a, 1)
+		bubble(t, long, nil, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			first := time.Now()
+			a := newHBCall("a", 1, 2*long)
+			_ = b.enqueue(a, true)
+			time.Sleep(long/2 - time.Nanosecond)
+			b.nudge(time.Now()) // not half its linger yet: stays
+			noFakeMsg(t, f, time.Nanosecond)
+			nudged := time.Now()
+			b.nudge(nudged)
+			m := nextFakeMsg(t, f)
+			at(t, "nudged batch", m.at, nudged)
+			if !m.at.Before(first.Add(long)) {
+				t.Errorf("nudged batch left with its linger")
+			}
+			hbAnswered(t, a, 1)
+		})
 	})
 
 	t.Run("stream broken mid-batch", func(t *testing.T) {
-		f, b := newPeer(t, linger, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+		bubble(t, linger, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
 			for _, c := range in.GetCalls() {
 				if c.GetGroup() == "break" {
 					return status.Error(codes.Unavailable, "boom")
 				}
 			}
 			return answerAll(s, in)
+		}, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			x := newHBCall("x", 1, 5*time.Second)
+			brk := newHBCall("break", 1, 5*time.Second)
+			_ = b.enqueue(x, true)
+			_ = b.enqueue(brk, true)
+			sent := nextFakeMsg(t, f).at
+			for _, c := range []*hbCall{x, brk} {
+				r := hbResultOf(t, c)
+				if status.Code(r.err) != codes.Unavailable || !strings.Contains(r.err.Error(), "boom") {
+					t.Errorf("%s on a broken stream: %+v, want the stream's error", c.msg.GetGroup(), r)
+				}
+			}
+			if took := time.Since(sent); took != 0 {
+				t.Errorf("calls of a broken stream failed %v after it broke, want at once", took)
+			}
+			y := newHBCall("y", 2, time.Second)
+			_ = b.enqueue(y, true)
+			if m := nextFakeMsg(t, f); m.stream != 2 {
+				t.Errorf("batch after the break on stream %d, want a new one (2)", m.stream)
+			}
+			hbAnswered(t, y, 2)
 		})
-		x := newCall("x", 1, 5*time.Second)
-		brk := newCall("break", 1, 5*time.Second)
-		_ = b.enqueue(x, true)
-		_ = b.enqueue(brk, true)
-		start := time.Now()
-		nextMsg(t, f)
-		for _, c := range []*hbCall{x, brk} {
-			r := result(t, c)
-			if status.Code(r.err) != codes.Unavailable || !strings.Contains(r.err.Error(), "boom") {
-				t.Errorf("%s on a broken stream: %+v, want the stream's error", c.msg.GetGroup(), r)
-			}
-		}
-		if took := time.Since(start); took > time.Second {
-			t.Errorf("calls of a broken stream failed after %v", took)
-		}
-		y := newCall("y", 2, time.Second)
-		_ = b.enqueue(y, true)
-		if m := nextMsg(t, f); m.stream != 2 {
-			t.Errorf("batch after the break on stream %d, want a new one (2)", m.stream)
-		}
-		answered(t, y, 2)
-	})
-
-	t.Run("peer down and back", func(t *testing.T) {
-		// The peer behind a relay: it goes away with its connections,
-		// then another one answers behind the same address.
-		hang := func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
-			if in.GetCalls()[0].GetGroup() == "hang" {
-				<-s.Context().Done() // never answers
-				return nil
-			}
-			return answerAll(s, in)
-		}
-		f := &fakePeer{msgs: make(chan fakeMsg, 16), handle: hang}
-		addr, srv := listenFake(t, f)
-		r := newRelay(t, addr)
-		cc := dialFake(t, r.addr())
-		b := newHBBatcher(raftv1.NewRaftServiceClient(cc), cc, linger, nil)
-		defer b.close()
-		a := newCall("hang", 1, 10*time.Second)
-		_ = b.enqueue(a, true)
-		nextMsg(t, f)
-
-		// The peer goes: the call awaiting its answer fails at once.
-		start := time.Now()
-		srv.Stop()
-		r.cut()
-		if r := result(t, a); r.err == nil {
-			t.Error("a call awaiting a peer that went away succeeded")
-		}
-		if took := time.Since(start); took > 2*time.Second {
-			t.Errorf("a call awaiting a peer that went away failed after %v", took)
-		}
-
-		// While it is down, a call waits for it up to its deadline.
-		const short = 300 * time.Millisecond
-		c := newCall("c", 1, short)
-		start = time.Now()
-		_ = b.enqueue(c, true)
-		if r := result(t, c); status.Code(r.err) != codes.DeadlineExceeded {
-			t.Errorf("a call to a peer that is down: %v, want deadline exceeded", r.err)
-		}
-		if took := time.Since(start); took < short-20*time.Millisecond || took > short+time.Second {
-			t.Errorf("a call to a peer that is down failed after %v, want about %v", took, short)
-		}
-
-		// The peer comes back within a call's deadline: answered.
-		d := newCall("d", 2, 10*time.Second)
-		_ = b.enqueue(d, true)
-		time.Sleep(100 * time.Millisecond)
-		back := &fakePeer{msgs: make(chan fakeMsg, 16)}
-		addr, _ = listenFake(t, back)
-		r.retarget(addr)
-		answered(t, d, 2)
-		if n := back.streams.Load(); n != 1 {
-			t.Errorf("%d streams to the peer that came back, want 1", n)
-		}
 	})
 
 	t.Run("close", func(t *testing.T) {
-		f := &fakePeer{msgs: make(chan fakeMsg, 16), handle: func(s raftv1.RaftService_HeartbeatStreamServer, _ *raftv1.HeartbeatStreamRequest) error {
+		bubble(t, time.Hour, func(s raftv1.RaftService_HeartbeatStreamServer, _ *raftv1.HeartbeatStreamRequest) error {
 			<-s.Context().Done() // never answers
 			return nil
-		}}
-		cc, _ := serveFake(t, f)
-		b := newHBBatcher(raftv1.NewRaftServiceClient(cc), cc, time.Hour, nil)
-		sent := newCall("sent", 1, 10*time.Second)
-		_ = b.enqueue(sent, true)
-		b.nudge(time.Now().Add(time.Hour)) // an hour later: sent now
-		nextMsg(t, f)
-		q := newCall("q", 1, 10*time.Second)
-		_ = b.enqueue(q, true)
-		b.close()
-		b.close()
-		for _, c := range []*hbCall{sent, q} {
-			if r := result(t, c); !errors.Is(r.err, errBatcherClosed) {
-				t.Errorf("%s at close: %v, want errBatcherClosed", c.msg.GetGroup(), r.err)
+		}, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			sent := newHBCall("sent", 1, 10*time.Second)
+			_ = b.enqueue(sent, true)
+			b.nudge(time.Now().Add(time.Hour)) // an hour later: sent now
+			nextFakeMsg(t, f)
+			q := newHBCall("q", 1, 10*time.Second)
+			_ = b.enqueue(q, true)
+			b.close()
+			b.close()
+			for _, c := range []*hbCall{sent, q} {
+				if r := hbResultOf(t, c); !errors.Is(r.err, errBatcherClosed) {
+					t.Errorf("%s at close: %v, want errBatcherClosed", c.msg.GetGroup(), r.err)
+				}
 			}
-		}
-		if err := b.enqueue(newCall("after", 1, time.Second), true); !errors.Is(err, errBatcherClosed) {
-			t.Errorf("enqueue after close: %v", err)
-		}
-		waitNoGoroutines(t, "raftnet.(*hbBatcher)")
+			if err := b.enqueue(newHBCall("after", 1, time.Second), true); !errors.Is(err, errBatcherClosed) {
+				t.Errorf("enqueue after close: %v", err)
+			}
+		})
 	})
+}
+
+// newHBCall is a heartbeat call of group, with term, that its caller waits
+// for up to timeout.
+func newHBCall(group string, term uint64, timeout time.Duration) *hbCall {
+	c := &hbCall{deadline: time.Now().Add(timeout), done: make(chan hbResult, 1)}
+	heartbeatCallFromRequest(&c.msg, group, heartbeatReq(term))
+	return c
+}
+
+// hbResultOf waits for c's result (up to 5 s, of the bubble's clock inside
+// one).
+func hbResultOf(t *testing.T, c *hbCall) hbResult {
+	t.Helper()
+	select {
+	case r := <-c.done:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no answer for %s", c.msg.GetGroup())
+		return hbResult{}
+	}
+}
+
+// hbAnswered checks that c was answered with term.
+func hbAnswered(t *testing.T, c *hbCall, term uint64) {
+	t.Helper()
+	if r := hbResultOf(t, c); r.err != nil || r.answer.GetTerm() != term {
+		t.Errorf("%s: %+v, want an answer with term %d", c.msg.GetGroup(), r, term)
+	}
+}
+
+// nextFakeMsg waits for f's next message (up to 5 s).
+func nextFakeMsg(t *testing.T, f *fakePeer) fakeMsg {
+	t.Helper()
+	select {
+	case m := <-f.msgs:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message")
+		return fakeMsg{}
+	}
+}
+
+// noFakeMsg checks that f gets no message within d.
+func noFakeMsg(t *testing.T, f *fakePeer, d time.Duration) {
+	t.Helper()
+	select {
+	case m := <-f.msgs:
+		t.Fatalf("unexpected message with %v", m.groups)
+	case <-time.After(d):
+	}
+}
+
+// TestHBBatcherPeerDownAndBack: over the network, behind a relay, the peer
+// goes away with its connections and another answers behind the same
+// address: the call awaiting an answer fails at once, a call while the
+// peer is down waits for it up to its deadline, and one is answered if the
+// peer comes back in time.
+func TestHBBatcherPeerDownAndBack(t *testing.T) {
+	const linger = 30 * time.Millisecond
+	// The peer behind a relay: it goes away with its connections,
+	// then another one answers behind the same address.
+	hang := func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+		if in.GetCalls()[0].GetGroup() == "hang" {
+			<-s.Context().Done() // never answers
+			return nil
+		}
+		return answerAll(s, in)
+	}
+	f := &fakePeer{msgs: make(chan fakeMsg, 16), handle: hang}
+	addr, srv := listenFake(t, f)
+	r := newRelay(t, addr)
+	cc := dialFake(t, r.addr())
+	b := newHBBatcher(raftv1.NewRaftServiceClient(cc), cc, linger, nil)
+	defer b.close()
+	const long = time.Minute
+	a := newHBCall("hang", 1, long)
+	_ = b.enqueue(a, true)
+	nextFakeMsg(t, f)
+
+	// The peer goes: the call awaiting its answer fails at once, not at
+	// its deadline.
+	start := time.Now()
+	srv.Stop()
+	r.cut()
+	if r := hbResultOf(t, a); r.err == nil {
+		t.Error("a call awaiting a peer that went away succeeded")
+	}
+	if took := time.Since(start); took > long/2 {
+		t.Errorf("a call awaiting a peer that went away failed after %v, as if at its deadline", took)
+	}
+
+	// While it is down, a call waits for it up to its deadline.
+	const short = 300 * time.Millisecond
+	c := newHBCall("c", 1, short)
+	start = time.Now()
+	_ = b.enqueue(c, true)
+	if r := hbResultOf(t, c); status.Code(r.err) != codes.DeadlineExceeded {
+		t.Errorf("a call to a peer that is down: %v, want deadline exceeded", r.err)
+	}
+	if took := time.Since(start); took < short-time.Millisecond {
+		t.Errorf("a call to a peer that is down failed after %v, before its deadline %v", took, short)
+	}
+
+	// The peer comes back within a call's deadline: answered.
+	d := newHBCall("d", 2, long)
+	_ = b.enqueue(d, true)
+	time.Sleep(100 * time.Millisecond)
+	back := &fakePeer{msgs: make(chan fakeMsg, 16)}
+	addr, _ = listenFake(t, back)
+	r.retarget(addr)
+	hbAnswered(t, d, 2)
+	if n := back.streams.Load(); n != 1 {
+		t.Errorf("%d streams to the peer that came back, want 1", n)
+	}
 }
