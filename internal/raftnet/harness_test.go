@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tapes-dev/tapes/internal/eventually"
 	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
 )
 
@@ -364,18 +366,17 @@ func (g *group) leader(t testing.TB, timeout time.Duration) *member {
 }
 
 func (g *group) findLeader(timeout time.Duration) (*member, error) {
-	deadline := time.Now().Add(timeout)
-	for {
+	var leader *member
+	err := eventually.Wait(timeout, func() error {
 		for _, m := range g.members {
 			if m.raft.State() == raft.Leader {
-				return m, nil
+				leader = m
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("group %s: no leader within %v", g.name, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("group %s: no leader within %v", g.name, timeout)
+	})
+	return leader, err
 }
 
 // apply applies n commands "prefix-i" through the group's leader.
@@ -420,26 +421,22 @@ func (g *group) tryApply(prefix string, n int, timeout time.Duration) error {
 // least want of them, and returns them.
 func converge(t testing.TB, members []*member, want int, timeout time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		first, _ := members[0].fsm.state()
+	var first []string
+	eventually.Nil(t, timeout, fmt.Sprintf("FSMs to converge on %d commands", want), func() error {
+		first, _ = members[0].fsm.state()
 		same := len(first) >= want
-		for _, m := range members[1:] {
+		var held []string
+		for _, m := range members {
 			cmds, _ := m.fsm.state()
 			same = same && slices.Equal(first, cmds)
+			held = append(held, fmt.Sprintf("broker %s holds %d", m.b.id, len(cmds)))
 		}
-		if same {
-			return first
+		if !same {
+			return errors.New(strings.Join(held, ", "))
 		}
-		if time.Now().After(deadline) {
-			for _, m := range members {
-				cmds, _ := m.fsm.state()
-				t.Errorf("broker %s holds %d commands", m.b.id, len(cmds))
-			}
-			t.Fatalf("FSMs did not converge on %d commands within %v", want, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return first
 }
 
 // testWriter forwards log lines to t.Log until the test ends, and drops

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/tapes-dev/tapes/internal/eventually"
 	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
 )
 
@@ -628,17 +629,10 @@ func TestHeartbeatBlackhole(t *testing.T) {
 	wg.Wait()
 
 	g.heal()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eventually.Nil(t, 30*time.Second, "heartbeats to succeed after the peer is back", func() error {
 		_, errs, _ := heartbeatAll(from[:7])
-		if errors.Join(errs...) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("heartbeats still failing 5 s after the peer is back: %v", errors.Join(errs...))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.Join(errs...)
+	})
 
 	// Mux.Close while a heartbeat waits on the held peer. (Closing the
 	// connection itself waits for gRPC's GOAWAY write, which a held
@@ -658,12 +652,11 @@ func TestHeartbeatBlackhole(t *testing.T) {
 	waitNoGoroutines(t, "raftnet.(*hbBatcher)", "raftnet.(*hbJob)", "raftnet.(*Transport).viaBatcher", "raftnet.(*server).HeartbeatStream")
 }
 
-// waitNoGoroutines fails the test unless, within 5 s, no goroutine's stack
-// holds any of the function names.
+// waitNoGoroutines fails the test unless, within 30 s, no goroutine's
+// stack holds any of the function names.
 func waitNoGoroutines(t *testing.T, funcs ...string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eventually.Nil(t, 30*time.Second, "no goroutine of "+strings.Join(funcs, ", "), func() error {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		var left []string
@@ -675,14 +668,11 @@ func waitNoGoroutines(t *testing.T, funcs ...string) {
 				}
 			}
 		}
-		if len(left) == 0 {
-			return
+		if len(left) > 0 {
+			return fmt.Errorf("%d goroutines left behind:\n%s", len(left), strings.Join(left, "\n\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines left behind:\n%s", len(left), strings.Join(left, "\n\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // relay forwards the TCP connections made to its own loopback port to a
@@ -786,17 +776,12 @@ func TestHeartbeatPeerRestart(t *testing.T) {
 	r.cut()
 	start := time.Now()
 	failed := false
-	for {
+	eventually.Nil(t, 30*time.Second, "heartbeats to succeed after the restart", func() error {
 		_, errs, _ := heartbeatAll(from)
-		if errors.Join(errs...) == nil {
-			break
-		}
-		failed = true
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("heartbeats still failing 10 s after the restart: %v", errors.Join(errs...))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		err := errors.Join(errs...)
+		failed = failed || err != nil
+		return err
+	})
 	t.Logf("heartbeats back %v after the restart (failed meanwhile: %v)", time.Since(start).Round(time.Millisecond), failed)
 	if n := peer.streams.Load(); n < 2 {
 		t.Errorf("%d heartbeat streams, want a new one after the restart", n)

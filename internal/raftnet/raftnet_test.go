@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/tapes-dev/tapes/internal/eventually"
 	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
 )
 
@@ -289,24 +290,20 @@ func TestAppendObserver(t *testing.T) {
 	l := g.leader(t, time.Second)
 	last := l.raft.LastIndex()
 
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eventually.Nil(t, 30*time.Second, "observer match indexes to reach the last index", func() error {
 		mu.Lock()
+		defer mu.Unlock()
 		reached := 0
 		for _, m := range g.members {
 			if m != l && match[key{l.b.id, m.b.id}] >= last {
 				reached++
 			}
 		}
-		mu.Unlock()
-		if reached == 2 {
-			break
+		if reached < 2 {
+			return fmt.Errorf("%d followers at last index %d: %v", reached, last, match)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("observer match indexes did not reach last index %d: %v", last, match)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// Idle window: heartbeats every 20-40 ms per follower, no entries.
 	var hbBefore int64
