@@ -379,6 +379,17 @@ func (g *group) findLeader(timeout time.Duration) (*member, error) {
 	return leader, err
 }
 
+// others returns the members of g but m.
+func (g *group) others(m *member) []*member {
+	var out []*member
+	for _, o := range g.members {
+		if o != m {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // apply applies n commands "prefix-i" through the group's leader.
 func (g *group) apply(t testing.TB, prefix string, n int, timeout time.Duration) {
 	t.Helper()

@@ -153,13 +153,7 @@ func TestPreVoteResumedFollower(t *testing.T) {
 			g.apply(t, "before", 10, 30*time.Second)
 			leader := g.leader(t, 30*time.Second)
 			term := leader.raft.CurrentTerm()
-			var away *member
-			for _, m := range g.members {
-				if m != leader {
-					away = m
-					break
-				}
-			}
+			away := g.others(leader)[0]
 			converge(t, g.members, 10, 30*time.Second)
 
 			sp.cut(away.b.id)
@@ -239,12 +233,7 @@ func TestTransfersSkipPreVote(t *testing.T) {
 	g.apply(t, "before", 5, 30*time.Second)
 	leader := g.leader(t, 30*time.Second)
 	converge(t, g.members, 5, 30*time.Second)
-	var followers []*member
-	for _, m := range g.members {
-		if m != leader {
-			followers = append(followers, m)
-		}
-	}
+	followers := g.others(leader)
 
 	term := leader.raft.CurrentTerm()
 	next := followers[0]

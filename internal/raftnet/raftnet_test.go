@@ -364,9 +364,18 @@ func TestResolverChange(t *testing.T) {
 
 	g.apply(t, "after", 30, 20*time.Second)
 	converge(t, g.members, 40, 10*time.Second)
-	// Followers dial only when they campaign; the leader's broker has used
-	// both peers, and its connection to the old address is gone.
+	// The leader's broker has used both peers, and its connection to the
+	// old address is gone. A follower dialled the moved broker only if it
+	// stood for election (a pre-vote is enough), and drops the old
+	// connection at its next call to it: make that call's first step.
 	l = g.leader(t, time.Second)
+	for _, b := range c.brokers {
+		if b != moved && b != l.b {
+			if _, err := b.mux.peer(raft.ServerAddress(moved.id)); err != nil {
+				t.Fatalf("broker %s: peer %s: %v", b.id, moved.id, err)
+			}
+		}
+	}
 	for _, b := range c.brokers {
 		n := b.mux.connCount()
 		if n > 2 || (b == l.b && n != 2) {
