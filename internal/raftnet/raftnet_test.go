@@ -158,6 +158,10 @@ func TestUnknownGroup(t *testing.T) {
 		_, err := raw.RequestVote(ctx, &raftv1.RequestVoteRequest{Group: "nope", Term: 1})
 		return err
 	})
+	check("RequestPreVote", func() error {
+		_, err := raw.RequestPreVote(ctx, &raftv1.RequestPreVoteRequest{Group: "nope", Term: 1})
+		return err
+	})
 	check("TimeoutNow", func() error {
 		_, err := raw.TimeoutNow(ctx, &raftv1.TimeoutNowRequest{Group: "nope"})
 		return err
@@ -493,6 +497,20 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(&gotRV, rvResp) {
 		t.Errorf("RequestVote response %#v, want %#v", gotRV, rvResp)
+	}
+
+	pv := &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: 9, LastLogIndex: 43, LastLogTerm: 7}
+	pvResp := &raft.RequestPreVoteResponse{RPCHeader: respHdr, Term: 8, Granted: true}
+	done = serve(pv, nil, pvResp)
+	var gotPV raft.RequestPreVoteResponse
+	if err := a.RequestPreVote("2", "2", pv, &gotPV); err != nil {
+		t.Fatalf("RequestPreVote: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&gotPV, pvResp) {
+		t.Errorf("RequestPreVote response %#v, want %#v", gotPV, pvResp)
 	}
 
 	tn := &raft.TimeoutNowRequest{RPCHeader: hdr}
