@@ -314,8 +314,9 @@ func collect(t *testing.T, answers chan rawAnswer, ids ...uint64) map[uint64]raw
 // a group without heartbeat handler is answered through its consumer
 // channel. A heartbeat raft is slow to answer (a handler that blocks, or
 // no handler and nobody consuming) holds back neither the others of its
-// message nor the next message: they are answered at once, the slow ones
-// when raft answers or their timeout passes. Through Transports, the
+// message nor the next message: they are answered before the slow ones,
+// which are answered when raft answers or their timeout passes (checked by
+// order, not by how fast). Through Transports, the
 // unknown group comes back as ErrUnknownGroup and the known one succeeds.
 func TestHeartbeatStreamAnswers(t *testing.T) {
 	c := newCluster(t, 2, Config{})
@@ -357,7 +358,7 @@ func TestHeartbeatStreamAnswers(t *testing.T) {
 		rpc.Respond(&raft.AppendEntriesResponse{Term: 77, Success: true}, nil)
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, answers := openRawStream(t, ctx, rawClient(t, c, "2"))
 	send := func(calls ...*raftv1.HeartbeatCall) time.Time {
@@ -376,7 +377,7 @@ func TestHeartbeatStreamAnswers(t *testing.T) {
 
 	// Known and unknown groups only: answered at once.
 	sec := time.Second
-	start := send(protoCall(1, "ok", 5, sec), protoCall(2, "nope", 5, sec), protoCall(3, "ok", 6, sec),
+	send(protoCall(1, "ok", 5, sec), protoCall(2, "nope", 5, sec), protoCall(3, "ok", 6, sec),
 		protoCall(4, "closed", 5, sec), protoCall(5, "refuse", 5, sec), protoCall(6, "consumed", 5, sec),
 		protoCall(7, "ok", 5, 0))
 	got := collect(t, answers, 1, 2, 3, 4, 5, 6, 7)
@@ -396,18 +397,17 @@ func TestHeartbeatStreamAnswers(t *testing.T) {
 	if k := kind(got[7]); k != notAnswered {
 		t.Errorf("call 7, out of time on arrival: %v, want not answered", got[7].a)
 	}
-	for id, a := range got {
-		if took := a.at.Sub(start); took > 500*time.Millisecond {
-			t.Errorf("call %d answered after %v, want at once", id, took)
-		}
-	}
+	// (Each was answered by raft or the Mux, not left to its timeout,
+	// which call 7 shows would answer "not answered".)
 
-	// Slow ones first: the others are answered at once, and so is the next
-	// message; the deaf one at its timeout, the blocked one once released.
-	const deafTimeout = time.Second
-	start = send(protoCall(10, "blocked", 5, 5*sec), protoCall(11, "deaf", 5, deafTimeout),
+	// Slow ones first: the others are answered before them, and so is the
+	// next message; the deaf one at its timeout, the blocked one once
+	// released. The order is what counts: the deaf timeout is long enough
+	// that a loaded machine answers the others first.
+	const deafTimeout = 5 * time.Second
+	start := send(protoCall(10, "blocked", 5, 3*deafTimeout), protoCall(11, "deaf", 5, deafTimeout),
 		protoCall(12, "ok", 7, sec), protoCall(13, "nope", 5, sec))
-	next := send(protoCall(14, "ok", 8, sec))
+	send(protoCall(14, "ok", 8, sec))
 	got = collect(t, answers, 12, 13, 14)
 	if a := got[12].a; a.GetTerm() != 7 || a.GetError() != nil {
 		t.Errorf("call 12, behind slow ones: %v, want a response with term 7", a)
@@ -418,17 +418,18 @@ func TestHeartbeatStreamAnswers(t *testing.T) {
 	if a := got[14].a; a.GetTerm() != 8 || a.GetError() != nil {
 		t.Errorf("call 14, in the next message: %v, want a response with term 8", a)
 	}
-	for id, since := range map[uint64]time.Time{12: start, 13: start, 14: next} {
-		if took := got[id].at.Sub(since); took > deafTimeout/2 {
-			t.Errorf("call %d answered after %v: held back by slow calls", id, took)
-		}
-	}
+	fast := got
 	got = collect(t, answers, 11)
 	if k := kind(got[11]); k != notAnswered {
 		t.Errorf("call 11 (deaf): %v, want not answered", got[11].a)
 	}
-	if took := got[11].at.Sub(start); took < deafTimeout-50*time.Millisecond || took > deafTimeout+time.Second {
-		t.Errorf("call 11 (deaf) answered after %v, want about %v", took, deafTimeout)
+	if took := got[11].at.Sub(start); took < deafTimeout-50*time.Millisecond {
+		t.Errorf("call 11 (deaf) answered after %v, before its timeout %v", took, deafTimeout)
+	}
+	for _, id := range []uint64{12, 13, 14} {
+		if !fast[id].at.Before(got[11].at) {
+			t.Errorf("call %d answered %v after the deaf call timed out: held back by slow calls", id, fast[id].at.Sub(got[11].at))
+		}
 	}
 	releaseOnce.Do(func() { close(release) })
 	got = collect(t, answers, 10)
