@@ -179,12 +179,12 @@ func TestHeartbeatCoalescing(t *testing.T) {
 // for the linger only as raft's idle CommitTimeout round (same term as the
 // previous one to that follower, and appendIdleGap lingers after it); the
 // first one of a term (a new leader's probe, on which its first entries
-// wait) and one right after another leave at once.
+// wait) and one right after another leave at once. On the wire with a
+// linger of an hour, so that one that lingered could only fail at its
+// deadline; the rule itself with the time as an input.
 func TestAppendWithoutEntriesLinger(t *testing.T) {
-	// "At once" is under half of it: long enough to hold on a loaded
-	// machine under -race.
-	const linger = 400 * time.Millisecond
-	c := newCluster(t, 2, Config{HeartbeatLinger: linger})
+	const linger = time.Hour
+	c := newCluster(t, 2, Config{HeartbeatLinger: linger, RPCTimeout: 30 * time.Second})
 	from, to := openPairs(t, c.brokers[0], c.brokers[1], "idle", 1)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -199,31 +199,42 @@ func TestAppendWithoutEntriesLinger(t *testing.T) {
 			}
 		}
 	}()
-	send := func(term uint64) time.Duration {
+	send := func(what string, term uint64) {
 		t.Helper()
 		req := heartbeatReq(term)
 		req.PrevLogEntry, req.PrevLogTerm, req.LeaderCommitIndex = 5, term, 5
-		start := time.Now()
 		var resp raft.AppendEntriesResponse
 		if err := from[0].AppendEntries("2", "2", req, &resp); err != nil || !resp.Success {
-			t.Fatalf("AppendEntries without entries: %v, %+v", err, resp)
-		}
-		return time.Since(start)
-	}
-	atOnce := func(what string, took time.Duration) {
-		t.Helper()
-		if took > linger/2 {
-			t.Errorf("%s took %v, want it to leave at once (linger %v)", what, took, linger)
+			t.Fatalf("%s: %v, %+v (it waited for the linger?)", what, err, resp)
 		}
 	}
-	atOnce("the first AppendEntries of a term", send(3))
-	atOnce("an AppendEntries right after another", send(3))
-	time.Sleep(appendIdleGap * linger)
-	if took := send(3); took < linger-10*time.Millisecond {
-		t.Errorf("an idle round took %v, want it to wait for the linger (%v)", took, linger)
+	send("the first AppendEntries of a term", 3)
+	send("an AppendEntries right after another", 3)
+
+	tr := from[0]
+	tr.appendsMu.Lock()
+	last := tr.appends["2"]
+	tr.appendsMu.Unlock()
+	if last.term != 3 {
+		t.Fatalf("last AppendEntries to 2 recorded with term %d, want 3", last.term)
 	}
-	time.Sleep(appendIdleGap * linger)
-	atOnce("the first AppendEntries of a new term", send(4))
+	gap := appendIdleGap * linger
+	for _, tc := range []struct {
+		what   string
+		target raft.ServerAddress
+		term   uint64
+		now    time.Time
+		want   bool
+	}{
+		{"an idle round", "2", 3, last.at.Add(gap), true},
+		{"one just short of the idle gap", "2", 3, last.at.Add(gap - time.Nanosecond), false},
+		{"the first of a new term", "2", 4, last.at.Add(gap), false},
+		{"the first to a follower", "3", 3, last.at.Add(gap), false},
+	} {
+		if got := tr.appendLingers(tc.target, tc.term, tc.now); got != tc.want {
+			t.Errorf("%s: lingers %v, want %v", tc.what, got, tc.want)
+		}
+	}
 }
 
 // rawClient dials b's gRPC server directly.
