@@ -190,6 +190,7 @@ func (b *Broker) openController() error {
 	// One group: a short CommitTimeout costs little and lets every broker
 	// see a committed metadata change (a new topic) within ~50 ms.
 	rc.CommitTimeout = 50 * time.Millisecond
+	rc.PreVoteDisabled = false // as for partitions (replication.RaftTimings)
 	rc.Logger = hlog
 	existing, err := raft.HasExistingState(bolt, bolt, snaps)
 	if err != nil {

@@ -176,6 +176,39 @@ func requestVoteResponseFromProto(r *raftv1.RequestVoteResponse, out *raft.Reque
 	out.Granted = r.GetGranted()
 }
 
+func requestPreVoteRequestToProto(group string, r *raft.RequestPreVoteRequest) *raftv1.RequestPreVoteRequest {
+	return &raftv1.RequestPreVoteRequest{
+		Group:        group,
+		Header:       headerToProto(r.RPCHeader),
+		Term:         r.Term,
+		LastLogIndex: r.LastLogIndex,
+		LastLogTerm:  r.LastLogTerm,
+	}
+}
+
+func requestPreVoteRequestFromProto(r *raftv1.RequestPreVoteRequest) *raft.RequestPreVoteRequest {
+	return &raft.RequestPreVoteRequest{
+		RPCHeader:    headerFromProto(r.GetHeader()),
+		Term:         r.GetTerm(),
+		LastLogIndex: r.GetLastLogIndex(),
+		LastLogTerm:  r.GetLastLogTerm(),
+	}
+}
+
+func requestPreVoteResponseToProto(r *raft.RequestPreVoteResponse) *raftv1.RequestPreVoteResponse {
+	return &raftv1.RequestPreVoteResponse{
+		Header:  headerToProto(r.RPCHeader),
+		Term:    r.Term,
+		Granted: r.Granted,
+	}
+}
+
+func requestPreVoteResponseFromProto(r *raftv1.RequestPreVoteResponse, out *raft.RequestPreVoteResponse) {
+	out.RPCHeader = headerFromProto(r.GetHeader())
+	out.Term = r.GetTerm()
+	out.Granted = r.GetGranted()
+}
+
 func timeoutNowRequestToProto(group string, r *raft.TimeoutNowRequest) *raftv1.TimeoutNowRequest {
 	return &raftv1.TimeoutNowRequest{Group: group, Header: headerToProto(r.RPCHeader)}
 }

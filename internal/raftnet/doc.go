@@ -42,8 +42,12 @@
 //     flight with raft.ErrTransportShutdown, so that raft's Shutdown after it
 //     never hangs on the network.
 //
-// Not provided: AppendEntries pipelining (raft falls back to one request at a
-// time) and pre-vote (tapes.raft.v1 has no RequestPreVote RPC, so the
-// Transport does not implement raft.WithPreVote and raft v1.7.3 runs without
-// pre-vote).
+// The Transport implements raft.WithPreVote (RequestPreVote), so raft runs
+// a pre-vote round before each election that is not a leadership transfer:
+// a server that was away cannot raise its term and depose a leader its
+// peers still follow. A peer without the RPC counts as granting it (see
+// ErrPreVoteUnsupported).
+//
+// Not provided: AppendEntries pipelining (raft falls back to one request at
+// a time).
 package raftnet

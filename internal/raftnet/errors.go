@@ -23,6 +23,13 @@ var (
 	// peer has no open Transport for the group (not opened yet, or closed).
 	// It says nothing about the peer's health otherwise.
 	ErrUnknownGroup = errors.New("raftnet: peer does not serve the raft group")
+
+	// ErrPreVoteUnsupported is wrapped in the error of RequestPreVote when
+	// the peer's RaftService has no RequestPreVote method (a broker from
+	// before it). Its text holds "unexpected command", the words by which
+	// hashicorp/raft (v1.7.3, preElectSelf) recognises a peer without
+	// pre-vote and counts its pre-vote as granted.
+	ErrPreVoteUnsupported = errors.New("raftnet: peer does not support pre-vote (unexpected command)")
 )
 
 // The peer answers an RPC for a group it does not serve with

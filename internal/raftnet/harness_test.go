@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,7 +19,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/tapes-dev/tapes/internal/eventually"
 	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
 )
 
@@ -46,6 +50,18 @@ func (p *peerTable) resolve(a raft.ServerAddress) (string, error) {
 	return target, nil
 }
 
+// idOf returns the broker whose dial target is target, or "" if none.
+func (p *peerTable) idOf(target string) raft.ServerAddress {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for a, t := range p.addrs {
+		if t == target {
+			return a
+		}
+	}
+	return ""
+}
+
 func (p *peerTable) set(a raft.ServerAddress, target string) {
 	p.mu.Lock()
 	p.addrs[a] = target
@@ -70,6 +86,10 @@ type broker struct {
 	streamAppends  atomic.Int64
 	appendCalls    atomic.Int64
 	streams        atomic.Int64
+	// noPreVote makes the server answer RequestPreVote as a RaftService
+	// without that method does (codes.Unimplemented): a broker from before
+	// pre-vote.
+	noPreVote atomic.Bool
 }
 
 // countingStream counts the messages of a heartbeat stream.
@@ -102,7 +122,10 @@ func (b *broker) serve(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == raftv1.RaftService_RequestPreVote_FullMethodName && b.noPreVote.Load() {
+			return nil, status.Errorf(codes.Unimplemented, "unknown method RequestPreVote for service tapes.raft.v1.RaftService")
+		}
 		if r, ok := req.(*raftv1.AppendEntriesRequest); ok {
 			b.appendCalls.Add(1)
 			if len(r.GetEntries()) == 0 && r.GetPrevLogEntry() == 0 && r.GetLeaderCommitIndex() == 0 {
@@ -133,13 +156,19 @@ type cluster struct {
 	brokers []*broker
 }
 
-func newCluster(t testing.TB, n int, cfg Config) *cluster {
+// newCluster starts n brokers with cfg; each of perBroker, if any, then
+// adjusts the configuration of each broker (its LocalID set).
+func newCluster(t testing.TB, n int, cfg Config, perBroker ...func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t, peers: newPeerTable()}
 	for i := 1; i <= n; i++ {
 		cfg := cfg
+		cfg.DialOptions = slices.Clone(cfg.DialOptions)
 		cfg.LocalID = raft.ServerID(strconv.Itoa(i))
 		cfg.Resolve = c.peers.resolve
+		for _, f := range perBroker {
+			f(&cfg)
+		}
 		if cfg.Logger == nil {
 			cfg.Logger = slog.New(slog.NewTextHandler(testWriter(t), nil))
 		}
@@ -337,18 +366,28 @@ func (g *group) leader(t testing.TB, timeout time.Duration) *member {
 }
 
 func (g *group) findLeader(timeout time.Duration) (*member, error) {
-	deadline := time.Now().Add(timeout)
-	for {
+	var leader *member
+	err := eventually.Wait(timeout, func() error {
 		for _, m := range g.members {
 			if m.raft.State() == raft.Leader {
-				return m, nil
+				leader = m
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("group %s: no leader within %v", g.name, timeout)
+		return fmt.Errorf("group %s: no leader within %v", g.name, timeout)
+	})
+	return leader, err
+}
+
+// others returns the members of g but m.
+func (g *group) others(m *member) []*member {
+	var out []*member
+	for _, o := range g.members {
+		if o != m {
+			out = append(out, o)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	return out
 }
 
 // apply applies n commands "prefix-i" through the group's leader.
@@ -393,26 +432,22 @@ func (g *group) tryApply(prefix string, n int, timeout time.Duration) error {
 // least want of them, and returns them.
 func converge(t testing.TB, members []*member, want int, timeout time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		first, _ := members[0].fsm.state()
+	var first []string
+	eventually.Nil(t, timeout, fmt.Sprintf("FSMs to converge on %d commands", want), func() error {
+		first, _ = members[0].fsm.state()
 		same := len(first) >= want
-		for _, m := range members[1:] {
+		var held []string
+		for _, m := range members {
 			cmds, _ := m.fsm.state()
 			same = same && slices.Equal(first, cmds)
+			held = append(held, fmt.Sprintf("broker %s holds %d", m.b.id, len(cmds)))
 		}
-		if same {
-			return first
+		if !same {
+			return errors.New(strings.Join(held, ", "))
 		}
-		if time.Now().After(deadline) {
-			for _, m := range members {
-				cmds, _ := m.fsm.state()
-				t.Errorf("broker %s holds %d commands", m.b.id, len(cmds))
-			}
-			t.Fatalf("FSMs did not converge on %d commands within %v", want, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return first
 }
 
 // testWriter forwards log lines to t.Log until the test ends, and drops

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/tapes-dev/tapes/internal/eventually"
 	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
 )
 
@@ -177,12 +179,12 @@ func TestHeartbeatCoalescing(t *testing.T) {
 // for the linger only as raft's idle CommitTimeout round (same term as the
 // previous one to that follower, and appendIdleGap lingers after it); the
 // first one of a term (a new leader's probe, on which its first entries
-// wait) and one right after another leave at once.
+// wait) and one right after another leave at once. On the wire with a
+// linger of an hour, so that one that lingered could only fail at its
+// deadline; the rule itself with the time as an input.
 func TestAppendWithoutEntriesLinger(t *testing.T) {
-	// "At once" is under half of it: long enough to hold on a loaded
-	// machine under -race.
-	const linger = 400 * time.Millisecond
-	c := newCluster(t, 2, Config{HeartbeatLinger: linger})
+	const linger = time.Hour
+	c := newCluster(t, 2, Config{HeartbeatLinger: linger, RPCTimeout: 30 * time.Second})
 	from, to := openPairs(t, c.brokers[0], c.brokers[1], "idle", 1)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -197,31 +199,42 @@ func TestAppendWithoutEntriesLinger(t *testing.T) {
 			}
 		}
 	}()
-	send := func(term uint64) time.Duration {
+	send := func(what string, term uint64) {
 		t.Helper()
 		req := heartbeatReq(term)
 		req.PrevLogEntry, req.PrevLogTerm, req.LeaderCommitIndex = 5, term, 5
-		start := time.Now()
 		var resp raft.AppendEntriesResponse
 		if err := from[0].AppendEntries("2", "2", req, &resp); err != nil || !resp.Success {
-			t.Fatalf("AppendEntries without entries: %v, %+v", err, resp)
-		}
-		return time.Since(start)
-	}
-	atOnce := func(what string, took time.Duration) {
-		t.Helper()
-		if took > linger/2 {
-			t.Errorf("%s took %v, want it to leave at once (linger %v)", what, took, linger)
+			t.Fatalf("%s: %v, %+v (it waited for the linger?)", what, err, resp)
 		}
 	}
-	atOnce("the first AppendEntries of a term", send(3))
-	atOnce("an AppendEntries right after another", send(3))
-	time.Sleep(appendIdleGap * linger)
-	if took := send(3); took < linger-10*time.Millisecond {
-		t.Errorf("an idle round took %v, want it to wait for the linger (%v)", took, linger)
+	send("the first AppendEntries of a term", 3)
+	send("an AppendEntries right after another", 3)
+
+	tr := from[0]
+	tr.appendsMu.Lock()
+	last := tr.appends["2"]
+	tr.appendsMu.Unlock()
+	if last.term != 3 {
+		t.Fatalf("last AppendEntries to 2 recorded with term %d, want 3", last.term)
 	}
-	time.Sleep(appendIdleGap * linger)
-	atOnce("the first AppendEntries of a new term", send(4))
+	gap := appendIdleGap * linger
+	for _, tc := range []struct {
+		what   string
+		target raft.ServerAddress
+		term   uint64
+		now    time.Time
+		want   bool
+	}{
+		{"an idle round", "2", 3, last.at.Add(gap), true},
+		{"one just short of the idle gap", "2", 3, last.at.Add(gap - time.Nanosecond), false},
+		{"the first of a new term", "2", 4, last.at.Add(gap), false},
+		{"the first to a follower", "3", 3, last.at.Add(gap), false},
+	} {
+		if got := tr.appendLingers(tc.target, tc.term, tc.now); got != tc.want {
+			t.Errorf("%s: lingers %v, want %v", tc.what, got, tc.want)
+		}
+	}
 }
 
 // rawClient dials b's gRPC server directly.
@@ -312,8 +325,9 @@ func collect(t *testing.T, answers chan rawAnswer, ids ...uint64) map[uint64]raw
 // a group without heartbeat handler is answered through its consumer
 // channel. A heartbeat raft is slow to answer (a handler that blocks, or
 // no handler and nobody consuming) holds back neither the others of its
-// message nor the next message: they are answered at once, the slow ones
-// when raft answers or their timeout passes. Through Transports, the
+// message nor the next message: they are answered before the slow ones,
+// which are answered when raft answers or their timeout passes (checked by
+// order, not by how fast). Through Transports, the
 // unknown group comes back as ErrUnknownGroup and the known one succeeds.
 func TestHeartbeatStreamAnswers(t *testing.T) {
 	c := newCluster(t, 2, Config{})
@@ -355,7 +369,7 @@ func TestHeartbeatStreamAnswers(t *testing.T) {
 		rpc.Respond(&raft.AppendEntriesResponse{Term: 77, Success: true}, nil)
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, answers := openRawStream(t, ctx, rawClient(t, c, "2"))
 	send := func(calls ...*raftv1.HeartbeatCall) time.Time {
@@ -374,7 +388,7 @@ func TestHeartbeatStreamAnswers(t *testing.T) {
 
 	// Known and unknown groups only: answered at once.
 	sec := time.Second
-	start := send(protoCall(1, "ok", 5, sec), protoCall(2, "nope", 5, sec), protoCall(3, "ok", 6, sec),
+	send(protoCall(1, "ok", 5, sec), protoCall(2, "nope", 5, sec), protoCall(3, "ok", 6, sec),
 		protoCall(4, "closed", 5, sec), protoCall(5, "refuse", 5, sec), protoCall(6, "consumed", 5, sec),
 		protoCall(7, "ok", 5, 0))
 	got := collect(t, answers, 1, 2, 3, 4, 5, 6, 7)
@@ -394,18 +408,17 @@ func TestHeartbeatStreamAnswers(t *testing.T) {
 	if k := kind(got[7]); k != notAnswered {
 		t.Errorf("call 7, out of time on arrival: %v, want not answered", got[7].a)
 	}
-	for id, a := range got {
-		if took := a.at.Sub(start); took > 500*time.Millisecond {
-			t.Errorf("call %d answered after %v, want at once", id, took)
-		}
-	}
+	// (Each was answered by raft or the Mux, not left to its timeout,
+	// which call 7 shows would answer "not answered".)
 
-	// Slow ones first: the others are answered at once, and so is the next
-	// message; the deaf one at its timeout, the blocked one once released.
-	const deafTimeout = time.Second
-	start = send(protoCall(10, "blocked", 5, 5*sec), protoCall(11, "deaf", 5, deafTimeout),
+	// Slow ones first: the others are answered before them, and so is the
+	// next message; the deaf one at its timeout, the blocked one once
+	// released. The order is what counts: the deaf timeout is long enough
+	// that a loaded machine answers the others first.
+	const deafTimeout = 5 * time.Second
+	start := send(protoCall(10, "blocked", 5, 3*deafTimeout), protoCall(11, "deaf", 5, deafTimeout),
 		protoCall(12, "ok", 7, sec), protoCall(13, "nope", 5, sec))
-	next := send(protoCall(14, "ok", 8, sec))
+	send(protoCall(14, "ok", 8, sec))
 	got = collect(t, answers, 12, 13, 14)
 	if a := got[12].a; a.GetTerm() != 7 || a.GetError() != nil {
 		t.Errorf("call 12, behind slow ones: %v, want a response with term 7", a)
@@ -416,17 +429,18 @@ func TestHeartbeatStreamAnswers(t *testing.T) {
 	if a := got[14].a; a.GetTerm() != 8 || a.GetError() != nil {
 		t.Errorf("call 14, in the next message: %v, want a response with term 8", a)
 	}
-	for id, since := range map[uint64]time.Time{12: start, 13: start, 14: next} {
-		if took := got[id].at.Sub(since); took > deafTimeout/2 {
-			t.Errorf("call %d answered after %v: held back by slow calls", id, took)
-		}
-	}
+	fast := got
 	got = collect(t, answers, 11)
 	if k := kind(got[11]); k != notAnswered {
 		t.Errorf("call 11 (deaf): %v, want not answered", got[11].a)
 	}
-	if took := got[11].at.Sub(start); took < deafTimeout-50*time.Millisecond || took > deafTimeout+time.Second {
-		t.Errorf("call 11 (deaf) answered after %v, want about %v", took, deafTimeout)
+	if took := got[11].at.Sub(start); took < deafTimeout-50*time.Millisecond {
+		t.Errorf("call 11 (deaf) answered after %v, before its timeout %v", took, deafTimeout)
+	}
+	for _, id := range []uint64{12, 13, 14} {
+		if !fast[id].at.Before(got[11].at) {
+			t.Errorf("call %d answered %v after the deaf call timed out: held back by slow calls", id, fast[id].at.Sub(got[11].at))
+		}
 	}
 	releaseOnce.Do(func() { close(release) })
 	got = collect(t, answers, 10)
@@ -547,16 +561,18 @@ func (c *gatedConn) Close() error {
 
 // TestHeartbeatBlackhole: while the peer's connection is held, heartbeats
 // (sent together and one after another, so that calls overlap) fail after
-// HeartbeatTimeout, not sooner and not much later; Transport.Close fails a
-// waiting heartbeat at once; after the peer is back, heartbeats succeed
-// again. Mux.Close then fails a waiting heartbeat at once and leaves no
-// goroutine of the batcher behind.
+// HeartbeatTimeout, not sooner and not at some longer deadline;
+// Transport.Close fails a waiting heartbeat (with ErrTransportShutdown, not
+// its deadline); after the peer is back, heartbeats succeed again. Mux.Close
+// then fails a waiting heartbeat likewise and leaves no goroutine of the
+// batcher behind.
 func TestHeartbeatBlackhole(t *testing.T) {
-	// Long enough that "at once" (a third of it) and "after the
-	// timeout" stay apart on a loaded machine.
+	// The heartbeat timeout, far below the other calls' deadline: a
+	// heartbeat that fails between the two failed by its own.
 	const timeout = time.Second
+	const rpcTimeout = time.Minute
 	g := newGate()
-	c := newCluster(t, 2, Config{HeartbeatTimeout: timeout, DialOptions: []grpc.DialOption{g.dialer()}})
+	c := newCluster(t, 2, Config{HeartbeatTimeout: timeout, RPCTimeout: rpcTimeout, DialOptions: []grpc.DialOption{g.dialer()}})
 	from, _ := openPairs(t, c.brokers[0], c.brokers[1], "bh", 8)
 	if _, errs, _ := heartbeatAll(from); errors.Join(errs...) != nil {
 		t.Fatalf("heartbeats before the blackhole: %v", errors.Join(errs...))
@@ -572,8 +588,8 @@ func TestHeartbeatBlackhole(t *testing.T) {
 		if status.Code(err) != codes.DeadlineExceeded {
 			t.Errorf("%s: %v, want deadline exceeded", what, err)
 		}
-		if took < timeout-20*time.Millisecond || took > timeout+timeout/2 {
-			t.Errorf("%s: failed after %v, want about %v", what, took, timeout)
+		if took < timeout-time.Millisecond || took > rpcTimeout/2 {
+			t.Errorf("%s: failed after %v, want after the heartbeat timeout %v (and well before %v)", what, took, timeout, rpcTimeout)
 		}
 	}
 	var wg sync.WaitGroup
@@ -609,12 +625,12 @@ func TestHeartbeatBlackhole(t *testing.T) {
 		t.Helper()
 		select {
 		case e := <-closed:
+			// Left alone it would fail with its deadline instead.
 			if !errors.Is(e.err, raft.ErrTransportShutdown) {
 				t.Errorf("heartbeat after %s: %v, want ErrTransportShutdown", what, e.err)
 			}
-			// Left alone it would wait out the timeout, 950 ms.
-			if took := e.at.Sub(closedAt); took > timeout/3 {
-				t.Errorf("heartbeat released %v after %s", took, what)
+			if e.at.Before(closedAt) {
+				t.Errorf("heartbeat released %v before %s", closedAt.Sub(e.at), what)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("heartbeat still waiting 10 s after %s", what)
@@ -627,17 +643,10 @@ func TestHeartbeatBlackhole(t *testing.T) {
 	wg.Wait()
 
 	g.heal()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eventually.Nil(t, 30*time.Second, "heartbeats to succeed after the peer is back", func() error {
 		_, errs, _ := heartbeatAll(from[:7])
-		if errors.Join(errs...) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("heartbeats still failing 5 s after the peer is back: %v", errors.Join(errs...))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.Join(errs...)
+	})
 
 	// Mux.Close while a heartbeat waits on the held peer. (Closing the
 	// connection itself waits for gRPC's GOAWAY write, which a held
@@ -657,12 +666,11 @@ func TestHeartbeatBlackhole(t *testing.T) {
 	waitNoGoroutines(t, "raftnet.(*hbBatcher)", "raftnet.(*hbJob)", "raftnet.(*Transport).viaBatcher", "raftnet.(*server).HeartbeatStream")
 }
 
-// waitNoGoroutines fails the test unless, within 5 s, no goroutine's stack
-// holds any of the function names.
+// waitNoGoroutines fails the test unless, within 30 s, no goroutine's
+// stack holds any of the function names.
 func waitNoGoroutines(t *testing.T, funcs ...string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eventually.Nil(t, 30*time.Second, "no goroutine of "+strings.Join(funcs, ", "), func() error {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		var left []string
@@ -674,14 +682,11 @@ func waitNoGoroutines(t *testing.T, funcs ...string) {
 				}
 			}
 		}
-		if len(left) == 0 {
-			return
+		if len(left) > 0 {
+			return fmt.Errorf("%d goroutines left behind:\n%s", len(left), strings.Join(left, "\n\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines left behind:\n%s", len(left), strings.Join(left, "\n\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // relay forwards the TCP connections made to its own loopback port to a
@@ -785,17 +790,12 @@ func TestHeartbeatPeerRestart(t *testing.T) {
 	r.cut()
 	start := time.Now()
 	failed := false
-	for {
+	eventually.Nil(t, 30*time.Second, "heartbeats to succeed after the restart", func() error {
 		_, errs, _ := heartbeatAll(from)
-		if errors.Join(errs...) == nil {
-			break
-		}
-		failed = true
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("heartbeats still failing 10 s after the restart: %v", errors.Join(errs...))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		err := errors.Join(errs...)
+		failed = failed || err != nil
+		return err
+	})
 	t.Logf("heartbeats back %v after the restart (failed meanwhile: %v)", time.Since(start).Round(time.Millisecond), failed)
 	if n := peer.streams.Load(); n < 2 {
 		t.Errorf("%d heartbeat streams, want a new one after the restart", n)
@@ -993,174 +993,129 @@ func serveFake(t *testing.T, f *fakePeer) (*grpc.ClientConn, *grpc.Server) {
 	return dialFake(t, addr), srv
 }
 
-// TestHBBatcher drives the batcher against a fake peer: a batch leaves
-// linger after its first call, with everything queued since, and each
-// caller gets its own answer, whatever the order and grouping of the
-// answers; without linger a call leaves at once; a full batch leaves at
-// once; calls whose caller gave up are left out; a nudge sends a batch
-// that has waited half its linger; a stream that breaks fails its
-// unanswered calls at once, and the next batch opens a new one; a call to
-// a peer that is down waits for it up to its deadline, and is answered if
-// the peer comes back in time; close fails what is queued or awaits an
-// answer and ends the batcher's goroutines.
+// TestHBBatcher drives the batcher against a fake peer over an in-memory
+// stream, in a testing/synctest bubble: time is the bubble's clock, so each
+// check says when a batch leaves exactly, as a consequence of what (its
+// linger, a nudge, an answer). A batch leaves linger after its first call,
+// with everything queued since, and each caller gets its own answer,
+// whatever the order and grouping of the answers; without linger a call
+// leaves at once; a full batch leaves at once; calls whose caller gave up
+// are left out; a nudge sends a batch that has waited half its linger; a
+// stream that breaks fails its unanswered calls at once, and the next batch
+// opens a new one; close fails what is queued or awaits an answer and ends
+// the batcher's goroutines (the bubble would otherwise not end).
+// TestHBBatcherPeerDownAndBack does, over the network, what needs gRPC's
+// connection handling.
 func TestHBBatcher(t *testing.T) {
 	const linger = 30 * time.Millisecond
-	newCall := func(group string, term uint64, timeout time.Duration) *hbCall {
-		c := &hbCall{deadline: time.Now().Add(timeout), done: make(chan hbResult, 1)}
-		heartbeatCallFromRequest(&c.msg, group, heartbeatReq(term))
-		return c
+	// bubble runs f in a synctest bubble with a batcher of linger whose
+	// peer answers with handle (default answerAll), and closes the batcher
+	// at the end.
+	bubble := func(t *testing.T, linger time.Duration, handle func(raftv1.RaftService_HeartbeatStreamServer, *raftv1.HeartbeatStreamRequest) error, f func(t *testing.T, f *fakePeer, b *hbBatcher)) {
+		synctest.Test(t, func(t *testing.T) {
+			peer := &fakePeer{handle: handle, msgs: make(chan fakeMsg, 16)}
+			b := newHBBatcher(memClient{srv: peer}, nil, linger, nil)
+			defer b.close()
+			f(t, peer, b)
+		})
 	}
-	result := func(t *testing.T, c *hbCall) hbResult {
+	// at checks that a message left exactly when its cause came.
+	at := func(t *testing.T, what string, got, want time.Time) {
 		t.Helper()
-		select {
-		case r := <-c.done:
-			return r
-		case <-time.After(5 * time.Second):
-			t.Fatalf("no answer for %s", c.msg.GetGroup())
-			return hbResult{}
+		if !got.Equal(want) {
+			t.Errorf("%s left at %v, want %v", what, got.Sub(want), time.Duration(0))
 		}
-	}
-	answered := func(t *testing.T, c *hbCall, term uint64) {
-		t.Helper()
-		if r := result(t, c); r.err != nil || r.answer.GetTerm() != term {
-			t.Errorf("%s: %+v, want an answer with term %d", c.msg.GetGroup(), r, term)
-		}
-	}
-	nextMsg := func(t *testing.T, f *fakePeer) fakeMsg {
-		t.Helper()
-		select {
-		case m := <-f.msgs:
-			return m
-		case <-time.After(5 * time.Second):
-			t.Fatal("no message")
-			return fakeMsg{}
-		}
-	}
-	noMsg := func(t *testing.T, f *fakePeer, d time.Duration) {
-		t.Helper()
-		select {
-		case m := <-f.msgs:
-			t.Fatalf("unexpected message with %v", m.groups)
-		case <-time.After(d):
-		}
-	}
-	// between checks that a batch left in [from, to): it did not leave
-	// before its cause, and it left before the next thing that could
-	// have sent it. Each test spaces the causes far apart (an hour-long
-	// linger, a nudge at a quarter of it) so a loaded machine cannot
-	// make a right answer look wrong.
-	between := func(t *testing.T, what string, got, from, to time.Time) {
-		t.Helper()
-		if got.Before(from.Add(-2 * time.Millisecond)) {
-			t.Errorf("%s left %v before its due time", what, from.Sub(got))
-		}
-		if !got.Before(to) {
-			t.Errorf("%s left %v after %v, too late to be caused by it", what, got.Sub(from), to.Sub(from))
-		}
-	}
-	// newPeer returns a batcher whose stream to a fake peer is open, so
-	// that connecting takes no part in the timings.
-	newPeer := func(t *testing.T, linger time.Duration, handle func(raftv1.RaftService_HeartbeatStreamServer, *raftv1.HeartbeatStreamRequest) error) (*fakePeer, *hbBatcher) {
-		f := &fakePeer{handle: handle, msgs: make(chan fakeMsg, 16)}
-		cc, _ := serveFake(t, f)
-		b := newHBBatcher(raftv1.NewRaftServiceClient(cc), cc, linger, nil)
-		t.Cleanup(b.close)
-		warm := newCall("warm-up", 1, 10*time.Second)
-		_ = b.enqueue(warm, true)
-		b.nudge(time.Now().Add(24 * time.Hour)) // a day later: leaves now
-		nextMsg(t, f)
-		if r := result(t, warm); r.err != nil {
-			t.Fatalf("warm-up: %v", r.err)
-		}
-		return f, b
 	}
 
 	t.Run("linger", func(t *testing.T) {
-		// Longer than the other subtests' linger, so that a batch that
-		// waited for it stands apart from one that left at once.
-		const linger = 200 * time.Millisecond
-		f, b := newPeer(t, linger, nil)
-		first := time.Now()
-		a := newCall("a", 1, time.Second)
-		if err := b.enqueue(a, true); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-		c := newCall("c", 2, time.Second)
-		_ = b.enqueue(c, true)
-		m := nextMsg(t, f)
-		between(t, "batch", m.at, first.Add(linger), first.Add(3*linger))
-		if len(m.groups) != 2 {
-			t.Errorf("message carried %v, want a and c", m.groups)
-		}
-		answered(t, a, 1)
-		answered(t, c, 2)
-		// The next batch: linger after its first call, on the same stream.
-		first = time.Now()
-		d := newCall("d", 3, time.Second)
-		_ = b.enqueue(d, true)
-		m = nextMsg(t, f)
-		between(t, "second batch", m.at, first.Add(linger), first.Add(3*linger))
-		answered(t, d, 3)
-		if m.stream != 1 {
-			t.Errorf("second batch on stream %d, want the first one", m.stream)
-		}
+		bubble(t, linger, nil, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			first := time.Now()
+			a := newHBCall("a", 1, time.Second)
+			if err := b.enqueue(a, true); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(linger / 3)
+			c := newHBCall("c", 2, time.Second)
+			_ = b.enqueue(c, true)
+			m := nextFakeMsg(t, f)
+			at(t, "batch", m.at, first.Add(linger))
+			if len(m.groups) != 2 {
+				t.Errorf("message carried %v, want a and c", m.groups)
+			}
+			hbAnswered(t, a, 1)
+			hbAnswered(t, c, 2)
+			// The next batch: linger after its first call, on the same stream.
+			first = time.Now()
+			d := newHBCall("d", 3, time.Second)
+			_ = b.enqueue(d, true)
+			m = nextFakeMsg(t, f)
+			at(t, "second batch", m.at, first.Add(linger))
+			hbAnswered(t, d, 3)
+			if m.stream != 1 {
+				t.Errorf("second batch on stream %d, want the first one", m.stream)
+			}
+		})
 	})
 
 	t.Run("no linger", func(t *testing.T) {
-		hold := make(chan struct{})
-		f, b := newPeer(t, 0, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+		// Made in the bubble (see below): a goroutine waiting on a channel
+		// from outside would keep the bubble's clock from moving.
+		var hold chan struct{}
+		bubble(t, 0, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
 			if in.GetCalls()[0].GetGroup() == "held" {
 				<-hold
 			}
 			return answerAll(s, in)
+		}, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			hold = make(chan struct{})
+			start := time.Now()
+			a := newHBCall("a", 1, time.Second)
+			_ = b.enqueue(a, true)
+			at(t, "call to an idle peer", nextFakeMsg(t, f).at, start)
+			hbAnswered(t, a, 1)
+			// While a call awaits its answer, the next ones wait for it.
+			held := newHBCall("held", 2, 5*time.Second)
+			_ = b.enqueue(held, true)
+			nextFakeMsg(t, f)
+			p, q := newHBCall("p", 3, 5*time.Second), newHBCall("q", 4, 5*time.Second)
+			_ = b.enqueue(p, true)
+			_ = b.enqueue(q, true)
+			noFakeMsg(t, f, time.Second)
+			released := time.Now()
+			close(hold)
+			m := nextFakeMsg(t, f)
+			at(t, "calls queued behind an unanswered one", m.at, released)
+			if len(m.groups) != 2 {
+				t.Errorf("message carried %v, want p and q", m.groups)
+			}
+			hbAnswered(t, held, 2)
+			hbAnswered(t, p, 3)
+			hbAnswered(t, q, 4)
 		})
-		start := time.Now()
-		a := newCall("a", 1, time.Second)
-		_ = b.enqueue(a, true)
-		between(t, "call to an idle peer", nextMsg(t, f).at, start, start.Add(2*time.Second))
-		answered(t, a, 1)
-		// While a call awaits its answer, the next ones wait for it.
-		held := newCall("held", 2, 5*time.Second)
-		_ = b.enqueue(held, true)
-		nextMsg(t, f)
-		p, q := newCall("p", 3, 5*time.Second), newCall("q", 4, 5*time.Second)
-		_ = b.enqueue(p, true)
-		_ = b.enqueue(q, true)
-		noMsg(t, f, 20*time.Millisecond)
-		released := time.Now()
-		close(hold)
-		m := nextMsg(t, f)
-		between(t, "calls queued behind an unanswered one", m.at, released, released.Add(2*time.Second))
-		if len(m.groups) != 2 {
-			t.Errorf("message carried %v, want p and q", m.groups)
-		}
-		answered(t, held, 2)
-		answered(t, p, 3)
-		answered(t, q, 4)
 	})
 
 	t.Run("full batch", func(t *testing.T) {
-		f, b := newPeer(t, time.Hour, nil)
-		start := time.Now()
-		calls := make([]*hbCall, maxHeartbeatBatch)
-		for i := range calls {
-			calls[i] = newCall(fmt.Sprint(i), uint64(i+1), 5*time.Second)
-			_ = b.enqueue(calls[i], true)
-		}
-		m := nextMsg(t, f)
-		between(t, "full batch", m.at, start, start.Add(time.Minute)) // linger: an hour
-		if len(m.groups) != maxHeartbeatBatch {
-			t.Errorf("full batch carried %d calls", len(m.groups))
-		}
-		for i, c := range calls {
-			answered(t, c, uint64(i+1))
-		}
+		bubble(t, time.Hour, nil, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			start := time.Now()
+			calls := make([]*hbCall, maxHeartbeatBatch)
+			for i := range calls {
+				calls[i] = newHBCall(fmt.Sprint(i), uint64(i+1), 5*time.Second)
+				_ = b.enqueue(calls[i], true)
+			}
+			m := nextFakeMsg(t, f)
+			at(t, "full batch", m.at, start) // linger: an hour
+			if len(m.groups) != maxHeartbeatBatch {
+				t.Errorf("full batch carried %d calls", len(m.groups))
+			}
+			for i, c := range calls {
+				hbAnswered(t, c, uint64(i+1))
+			}
+		})
 	})
 
 	t.Run("answers by id", func(t *testing.T) {
 		// One answer per message, last call first.
-		f, b := newPeer(t, linger, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+		bubble(t, linger, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
 			calls := in.GetCalls()
 			for i := len(calls) - 1; i >= 0; i-- {
 				c := calls[i]
@@ -1169,170 +1124,235 @@ func TestHBBatcher(t *testing.T) {
 				}
 			}
 			return nil
+		}, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			var calls []*hbCall
+			for i := range 5 {
+				calls = append(calls, newHBCall(fmt.Sprint(i), uint64(i+1), time.Second))
+				_ = b.enqueue(calls[i], true)
+			}
+			nextFakeMsg(t, f)
+			for i, c := range calls {
+				hbAnswered(t, c, uint64(i+1)*10)
+			}
 		})
-		var calls []*hbCall
-		for i := range 5 {
-			calls = append(calls, newCall(fmt.Sprint(i), uint64(i+1), time.Second))
-			_ = b.enqueue(calls[i], true)
-		}
-		nextMsg(t, f)
-		for i, c := range calls {
-			answered(t, c, uint64(i+1)*10)
-		}
 	})
 
 	t.Run("callers gone", func(t *testing.T) {
-		f, b := newPeer(t, linger, nil)
-		gone := make(chan struct{})
-		close(gone)
-		left := newCall("left", 1, time.Second)
-		left.gone = gone
-		_ = b.enqueue(left, true)
-		_ = b.enqueue(newCall("late", 1, time.Millisecond), true)
-		stay := newCall("stay", 1, time.Second)
-		_ = b.enqueue(stay, true)
-		m := nextMsg(t, f)
-		if len(m.groups) != 1 || m.groups[0] != "stay" {
-			t.Errorf("message carried %v, want only stay", m.groups)
-		}
-		answered(t, stay, 1)
-		// Nobody waits for the others: they get no answer.
-		select {
-		case r := <-left.done:
-			t.Errorf("left got %+v", r)
-		default:
-		}
-		// All gone: no message at all.
-		_ = b.enqueue(left, true)
-		noMsg(t, f, 2*linger)
+		bubble(t, linger, nil, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			gone := make(chan struct{})
+			close(gone)
+			left := newHBCall("left", 1, time.Second)
+			left.gone = gone
+			_ = b.enqueue(left, true)
+			// Its deadline passes before the batch leaves.
+			_ = b.enqueue(newHBCall("late", 1, linger/2), true)
+			stay := newHBCall("stay", 1, time.Second)
+			_ = b.enqueue(stay, true)
+			m := nextFakeMsg(t, f)
+			if len(m.groups) != 1 || m.groups[0] != "stay" {
+				t.Errorf("message carried %v, want only stay", m.groups)
+			}
+			hbAnswered(t, stay, 1)
+			// Nobody waits for the others: they get no answer.
+			select {
+			case r := <-left.done:
+				t.Errorf("left got %+v", r)
+			default:
+			}
+			// All gone: no message at all.
+			_ = b.enqueue(left, true)
+			noFakeMsg(t, f, 10*linger)
+		})
 	})
 
 	t.Run("nudge", func(t *testing.T) {
 		const long = 2 * time.Second
-		f, b := newPeer(t, long, nil)
-		first := time.Now()
-		a := newCall("a", 1, 2*long)
-		_ = b.enqueue(a, true)
-		b.nudge(time.Now()) // too young: stays
-		noMsg(t, f, long/4)
-		time.Sleep(long/2 - time.Since(first))
-		nudged := time.Now()
-		b.nudge(nudged)
-		between(t, "nudged batch", nextMsg(t, f).at, nudged, first.Add(long))
-		answered(t, a, 1)
+		bubble(t, long, nil, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			first := time.Now()
+			a := newHBCall("a", 1, 2*long)
+			_ = b.enqueue(a, true)
+			time.Sleep(long/2 - time.Nanosecond)
+			b.nudge(time.Now()) // not half its linger yet: stays
+			noFakeMsg(t, f, time.Nanosecond)
+			nudged := time.Now()
+			b.nudge(nudged)
+			m := nextFakeMsg(t, f)
+			at(t, "nudged batch", m.at, nudged)
+			if !m.at.Before(first.Add(long)) {
+				t.Errorf("nudged batch left with its linger")
+			}
+			hbAnswered(t, a, 1)
+		})
 	})
 
 	t.Run("stream broken mid-batch", func(t *testing.T) {
-		f, b := newPeer(t, linger, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+		bubble(t, linger, func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
 			for _, c := range in.GetCalls() {
 				if c.GetGroup() == "break" {
 					return status.Error(codes.Unavailable, "boom")
 				}
 			}
 			return answerAll(s, in)
+		}, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			x := newHBCall("x", 1, 5*time.Second)
+			brk := newHBCall("break", 1, 5*time.Second)
+			_ = b.enqueue(x, true)
+			_ = b.enqueue(brk, true)
+			sent := nextFakeMsg(t, f).at
+			for _, c := range []*hbCall{x, brk} {
+				r := hbResultOf(t, c)
+				if status.Code(r.err) != codes.Unavailable || !strings.Contains(r.err.Error(), "boom") {
+					t.Errorf("%s on a broken stream: %+v, want the stream's error", c.msg.GetGroup(), r)
+				}
+			}
+			if took := time.Since(sent); took != 0 {
+				t.Errorf("calls of a broken stream failed %v after it broke, want at once", took)
+			}
+			y := newHBCall("y", 2, time.Second)
+			_ = b.enqueue(y, true)
+			if m := nextFakeMsg(t, f); m.stream != 2 {
+				t.Errorf("batch after the break on stream %d, want a new one (2)", m.stream)
+			}
+			hbAnswered(t, y, 2)
 		})
-		x := newCall("x", 1, 5*time.Second)
-		brk := newCall("break", 1, 5*time.Second)
-		_ = b.enqueue(x, true)
-		_ = b.enqueue(brk, true)
-		start := time.Now()
-		nextMsg(t, f)
-		for _, c := range []*hbCall{x, brk} {
-			r := result(t, c)
-			if status.Code(r.err) != codes.Unavailable || !strings.Contains(r.err.Error(), "boom") {
-				t.Errorf("%s on a broken stream: %+v, want the stream's error", c.msg.GetGroup(), r)
-			}
-		}
-		if took := time.Since(start); took > time.Second {
-			t.Errorf("calls of a broken stream failed after %v", took)
-		}
-		y := newCall("y", 2, time.Second)
-		_ = b.enqueue(y, true)
-		if m := nextMsg(t, f); m.stream != 2 {
-			t.Errorf("batch after the break on stream %d, want a new one (2)", m.stream)
-		}
-		answered(t, y, 2)
-	})
-
-	t.Run("peer down and back", func(t *testing.T) {
-		// The peer behind a relay: it goes away with its connections,
-		// then another one answers behind the same address.
-		hang := func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
-			if in.GetCalls()[0].GetGroup() == "hang" {
-				<-s.Context().Done() // never answers
-				return nil
-			}
-			return answerAll(s, in)
-		}
-		f := &fakePeer{msgs: make(chan fakeMsg, 16), handle: hang}
-		addr, srv := listenFake(t, f)
-		r := newRelay(t, addr)
-		cc := dialFake(t, r.addr())
-		b := newHBBatcher(raftv1.NewRaftServiceClient(cc), cc, linger, nil)
-		defer b.close()
-		a := newCall("hang", 1, 10*time.Second)
-		_ = b.enqueue(a, true)
-		nextMsg(t, f)
-
-		// The peer goes: the call awaiting its answer fails at once.
-		start := time.Now()
-		srv.Stop()
-		r.cut()
-		if r := result(t, a); r.err == nil {
-			t.Error("a call awaiting a peer that went away succeeded")
-		}
-		if took := time.Since(start); took > 2*time.Second {
-			t.Errorf("a call awaiting a peer that went away failed after %v", took)
-		}
-
-		// While it is down, a call waits for it up to its deadline.
-		const short = 300 * time.Millisecond
-		c := newCall("c", 1, short)
-		start = time.Now()
-		_ = b.enqueue(c, true)
-		if r := result(t, c); status.Code(r.err) != codes.DeadlineExceeded {
-			t.Errorf("a call to a peer that is down: %v, want deadline exceeded", r.err)
-		}
-		if took := time.Since(start); took < short-20*time.Millisecond || took > short+time.Second {
-			t.Errorf("a call to a peer that is down failed after %v, want about %v", took, short)
-		}
-
-		// The peer comes back within a call's deadline: answered.
-		d := newCall("d", 2, 10*time.Second)
-		_ = b.enqueue(d, true)
-		time.Sleep(100 * time.Millisecond)
-		back := &fakePeer{msgs: make(chan fakeMsg, 16)}
-		addr, _ = listenFake(t, back)
-		r.retarget(addr)
-		answered(t, d, 2)
-		if n := back.streams.Load(); n != 1 {
-			t.Errorf("%d streams to the peer that came back, want 1", n)
-		}
 	})
 
 	t.Run("close", func(t *testing.T) {
-		f := &fakePeer{msgs: make(chan fakeMsg, 16), handle: func(s raftv1.RaftService_HeartbeatStreamServer, _ *raftv1.HeartbeatStreamRequest) error {
+		bubble(t, time.Hour, func(s raftv1.RaftService_HeartbeatStreamServer, _ *raftv1.HeartbeatStreamRequest) error {
 			<-s.Context().Done() // never answers
 			return nil
-		}}
-		cc, _ := serveFake(t, f)
-		b := newHBBatcher(raftv1.NewRaftServiceClient(cc), cc, time.Hour, nil)
-		sent := newCall("sent", 1, 10*time.Second)
-		_ = b.enqueue(sent, true)
-		b.nudge(time.Now().Add(time.Hour)) // an hour later: sent now
-		nextMsg(t, f)
-		q := newCall("q", 1, 10*time.Second)
-		_ = b.enqueue(q, true)
-		b.close()
-		b.close()
-		for _, c := range []*hbCall{sent, q} {
-			if r := result(t, c); !errors.Is(r.err, errBatcherClosed) {
-				t.Errorf("%s at close: %v, want errBatcherClosed", c.msg.GetGroup(), r.err)
+		}, func(t *testing.T, f *fakePeer, b *hbBatcher) {
+			sent := newHBCall("sent", 1, 10*time.Second)
+			_ = b.enqueue(sent, true)
+			b.nudge(time.Now().Add(time.Hour)) // an hour later: sent now
+			nextFakeMsg(t, f)
+			q := newHBCall("q", 1, 10*time.Second)
+			_ = b.enqueue(q, true)
+			b.close()
+			b.close()
+			for _, c := range []*hbCall{sent, q} {
+				if r := hbResultOf(t, c); !errors.Is(r.err, errBatcherClosed) {
+					t.Errorf("%s at close: %v, want errBatcherClosed", c.msg.GetGroup(), r.err)
+				}
 			}
-		}
-		if err := b.enqueue(newCall("after", 1, time.Second), true); !errors.Is(err, errBatcherClosed) {
-			t.Errorf("enqueue after close: %v", err)
-		}
-		waitNoGoroutines(t, "raftnet.(*hbBatcher)")
+			if err := b.enqueue(newHBCall("after", 1, time.Second), true); !errors.Is(err, errBatcherClosed) {
+				t.Errorf("enqueue after close: %v", err)
+			}
+		})
 	})
+}
+
+// newHBCall is a heartbeat call of group, with term, that its caller waits
+// for up to timeout.
+func newHBCall(group string, term uint64, timeout time.Duration) *hbCall {
+	c := &hbCall{deadline: time.Now().Add(timeout), done: make(chan hbResult, 1)}
+	heartbeatCallFromRequest(&c.msg, group, heartbeatReq(term))
+	return c
+}
+
+// hbResultOf waits for c's result (up to 5 s, of the bubble's clock inside
+// one).
+func hbResultOf(t *testing.T, c *hbCall) hbResult {
+	t.Helper()
+	select {
+	case r := <-c.done:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no answer for %s", c.msg.GetGroup())
+		return hbResult{}
+	}
+}
+
+// hbAnswered checks that c was answered with term.
+func hbAnswered(t *testing.T, c *hbCall, term uint64) {
+	t.Helper()
+	if r := hbResultOf(t, c); r.err != nil || r.answer.GetTerm() != term {
+		t.Errorf("%s: %+v, want an answer with term %d", c.msg.GetGroup(), r, term)
+	}
+}
+
+// nextFakeMsg waits for f's next message (up to 5 s).
+func nextFakeMsg(t *testing.T, f *fakePeer) fakeMsg {
+	t.Helper()
+	select {
+	case m := <-f.msgs:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message")
+		return fakeMsg{}
+	}
+}
+
+// noFakeMsg checks that f gets no message within d.
+func noFakeMsg(t *testing.T, f *fakePeer, d time.Duration) {
+	t.Helper()
+	select {
+	case m := <-f.msgs:
+		t.Fatalf("unexpected message with %v", m.groups)
+	case <-time.After(d):
+	}
+}
+
+// TestHBBatcherPeerDownAndBack: over the network, behind a relay, the peer
+// goes away with its connections and another answers behind the same
+// address: the call awaiting an answer fails at once, a call while the
+// peer is down waits for it up to its deadline, and one is answered if the
+// peer comes back in time.
+func TestHBBatcherPeerDownAndBack(t *testing.T) {
+	const linger = 30 * time.Millisecond
+	// The peer behind a relay: it goes away with its connections,
+	// then another one answers behind the same address.
+	hang := func(s raftv1.RaftService_HeartbeatStreamServer, in *raftv1.HeartbeatStreamRequest) error {
+		if in.GetCalls()[0].GetGroup() == "hang" {
+			<-s.Context().Done() // never answers
+			return nil
+		}
+		return answerAll(s, in)
+	}
+	f := &fakePeer{msgs: make(chan fakeMsg, 16), handle: hang}
+	addr, srv := listenFake(t, f)
+	r := newRelay(t, addr)
+	cc := dialFake(t, r.addr())
+	b := newHBBatcher(raftv1.NewRaftServiceClient(cc), cc, linger, nil)
+	defer b.close()
+	const long = time.Minute
+	a := newHBCall("hang", 1, long)
+	_ = b.enqueue(a, true)
+	nextFakeMsg(t, f)
+
+	// The peer goes: the call awaiting its answer fails at once, not at
+	// its deadline.
+	start := time.Now()
+	srv.Stop()
+	r.cut()
+	if r := hbResultOf(t, a); r.err == nil {
+		t.Error("a call awaiting a peer that went away succeeded")
+	}
+	if took := time.Since(start); took > long/2 {
+		t.Errorf("a call awaiting a peer that went away failed after %v, as if at its deadline", took)
+	}
+
+	// While it is down, a call waits for it up to its deadline.
+	const short = 300 * time.Millisecond
+	c := newHBCall("c", 1, short)
+	start = time.Now()
+	_ = b.enqueue(c, true)
+	if r := hbResultOf(t, c); status.Code(r.err) != codes.DeadlineExceeded {
+		t.Errorf("a call to a peer that is down: %v, want deadline exceeded", r.err)
+	}
+	if took := time.Since(start); took < short-time.Millisecond {
+		t.Errorf("a call to a peer that is down failed after %v, before its deadline %v", took, short)
+	}
+
+	// The peer comes back within a call's deadline: answered.
+	d := newHBCall("d", 2, long)
+	_ = b.enqueue(d, true)
+	time.Sleep(100 * time.Millisecond)
+	back := &fakePeer{msgs: make(chan fakeMsg, 16)}
+	addr, _ = listenFake(t, back)
+	r.retarget(addr)
+	hbAnswered(t, d, 2)
+	if n := back.streams.Load(); n != 1 {
+		t.Errorf("%d streams to the peer that came back, want 1", n)
+	}
 }

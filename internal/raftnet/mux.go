@@ -72,7 +72,8 @@ type Config struct {
 	// raft retries them).
 	Resolve func(raft.ServerAddress) (string, error)
 
-	// RPCTimeout is the deadline of AppendEntries, RequestVote and TimeoutNow.
+	// RPCTimeout is the deadline of AppendEntries, RequestVote, RequestPreVote
+	// and TimeoutNow.
 	RPCTimeout time.Duration
 	// HeartbeatTimeout is the deadline of a heartbeat (an AppendEntries that
 	// carries no entries, see isHeartbeat).
@@ -172,8 +173,9 @@ func (pc *peerConn) close() error {
 // hashicorp/raft backs off exponentially after each failed call to a
 // follower (up to about ten seconds) and resets only on success, so failing
 // fast for the whole time a peer is down would leave it unreplicated for
-// seconds after it returns. Votes do not wait: a candidate asks every peer
-// in parallel and must not hold a connection to a peer that moved.
+// seconds after it returns. Votes and pre-votes do not wait: a candidate
+// asks every peer in parallel and must not hold a connection to a peer that
+// moved.
 var waitForPeer = grpc.WaitForReady(true)
 
 // NewMux returns a Mux for cfg. It dials nothing until the first outbound RPC.

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/tapes-dev/tapes/internal/eventually"
 	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
 )
 
@@ -157,6 +158,10 @@ func TestUnknownGroup(t *testing.T) {
 		_, err := raw.RequestVote(ctx, &raftv1.RequestVoteRequest{Group: "nope", Term: 1})
 		return err
 	})
+	check("RequestPreVote", func() error {
+		_, err := raw.RequestPreVote(ctx, &raftv1.RequestPreVoteRequest{Group: "nope", Term: 1})
+		return err
+	})
 	check("TimeoutNow", func() error {
 		_, err := raw.TimeoutNow(ctx, &raftv1.TimeoutNowRequest{Group: "nope"})
 		return err
@@ -289,24 +294,20 @@ func TestAppendObserver(t *testing.T) {
 	l := g.leader(t, time.Second)
 	last := l.raft.LastIndex()
 
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eventually.Nil(t, 30*time.Second, "observer match indexes to reach the last index", func() error {
 		mu.Lock()
+		defer mu.Unlock()
 		reached := 0
 		for _, m := range g.members {
 			if m != l && match[key{l.b.id, m.b.id}] >= last {
 				reached++
 			}
 		}
-		mu.Unlock()
-		if reached == 2 {
-			break
+		if reached < 2 {
+			return fmt.Errorf("%d followers at last index %d: %v", reached, last, match)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("observer match indexes did not reach last index %d: %v", last, match)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// Idle window: heartbeats every 20-40 ms per follower, no entries.
 	var hbBefore int64
@@ -367,9 +368,18 @@ func TestResolverChange(t *testing.T) {
 
 	g.apply(t, "after", 30, 20*time.Second)
 	converge(t, g.members, 40, 10*time.Second)
-	// Followers dial only when they campaign; the leader's broker has used
-	// both peers, and its connection to the old address is gone.
+	// The leader's broker has used both peers, and its connection to the
+	// old address is gone. A follower dialled the moved broker only if it
+	// stood for election (a pre-vote is enough), and drops the old
+	// connection at its next call to it: make that call's first step.
 	l = g.leader(t, time.Second)
+	for _, b := range c.brokers {
+		if b != moved && b != l.b {
+			if _, err := b.mux.peer(raft.ServerAddress(moved.id)); err != nil {
+				t.Fatalf("broker %s: peer %s: %v", b.id, moved.id, err)
+			}
+		}
+	}
 	for _, b := range c.brokers {
 		n := b.mux.connCount()
 		if n > 2 || (b == l.b && n != 2) {
@@ -487,6 +497,20 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(&gotRV, rvResp) {
 		t.Errorf("RequestVote response %#v, want %#v", gotRV, rvResp)
+	}
+
+	pv := &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: 9, LastLogIndex: 43, LastLogTerm: 7}
+	pvResp := &raft.RequestPreVoteResponse{RPCHeader: respHdr, Term: 8, Granted: true}
+	done = serve(pv, nil, pvResp)
+	var gotPV raft.RequestPreVoteResponse
+	if err := a.RequestPreVote("2", "2", pv, &gotPV); err != nil {
+		t.Fatalf("RequestPreVote: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&gotPV, pvResp) {
+		t.Errorf("RequestPreVote response %#v, want %#v", gotPV, pvResp)
 	}
 
 	tn := &raft.TimeoutNowRequest{RPCHeader: hdr}

@@ -42,35 +42,36 @@ func (s *server) AppendEntries(ctx context.Context, in *raftv1.AppendEntriesRequ
 }
 
 func (s *server) RequestVote(ctx context.Context, in *raftv1.RequestVoteRequest) (*raftv1.RequestVoteResponse, error) {
-	t := s.mux.lookup(in.GetGroup())
-	if t == nil {
-		return nil, unknownGroupStatus(in.GetGroup())
-	}
-	resp, err := t.deliver(ctx, requestVoteRequestFromProto(in), false)
-	if err != nil {
-		return nil, err
-	}
-	out, ok := resp.(*raft.RequestVoteResponse)
-	if !ok {
-		return nil, unexpectedResponse(resp)
-	}
-	return requestVoteResponseToProto(out), nil
+	return serveUnary(ctx, s, in.GetGroup(), requestVoteRequestFromProto(in), requestVoteResponseToProto)
+}
+
+func (s *server) RequestPreVote(ctx context.Context, in *raftv1.RequestPreVoteRequest) (*raftv1.RequestPreVoteResponse, error) {
+	return serveUnary(ctx, s, in.GetGroup(), requestPreVoteRequestFromProto(in), requestPreVoteResponseToProto)
 }
 
 func (s *server) TimeoutNow(ctx context.Context, in *raftv1.TimeoutNowRequest) (*raftv1.TimeoutNowResponse, error) {
-	t := s.mux.lookup(in.GetGroup())
+	return serveUnary(ctx, s, in.GetGroup(), timeoutNowRequestFromProto(in), timeoutNowResponseToProto)
+}
+
+// serveUnary hands cmd to the raft of group through its consumer channel
+// and converts raft's answer, a *Resp, with toProto: the inbound side of
+// the RPCs whose answer raft gives on its run goroutine (votes, pre-votes,
+// TimeoutNow).
+func serveUnary[Resp, Out any](ctx context.Context, s *server, group string, cmd any, toProto func(*Resp) Out) (Out, error) {
+	var zero Out
+	t := s.mux.lookup(group)
 	if t == nil {
-		return nil, unknownGroupStatus(in.GetGroup())
+		return zero, unknownGroupStatus(group)
 	}
-	resp, err := t.deliver(ctx, timeoutNowRequestFromProto(in), false)
+	resp, err := t.deliver(ctx, cmd, false)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
-	out, ok := resp.(*raft.TimeoutNowResponse)
+	out, ok := resp.(*Resp)
 	if !ok {
-		return nil, unexpectedResponse(resp)
+		return zero, unexpectedResponse(resp)
 	}
-	return timeoutNowResponseToProto(out), nil
+	return toProto(out), nil
 }
 
 // InstallSnapshot receives the stream on the handler goroutine, the only one

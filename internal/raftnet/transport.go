@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
 )
@@ -71,8 +73,9 @@ type appendMark struct {
 const appendIdleGap = 5
 
 var (
-	_ raft.Transport = (*Transport)(nil)
-	_ raft.WithClose = (*Transport)(nil)
+	_ raft.Transport   = (*Transport)(nil)
+	_ raft.WithClose   = (*Transport)(nil)
+	_ raft.WithPreVote = (*Transport)(nil)
 )
 
 func newTransport(m *Mux, name string) *Transport {
@@ -211,34 +214,71 @@ func (t *Transport) appendDone(target raft.ServerAddress, term uint64) {
 
 // RequestVote implements raft.Transport.
 func (t *Transport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	c, err := t.client(target)
+	out, err := callUnary(t, "request vote", target, func(ctx context.Context, c raftv1.RaftServiceClient) (*raftv1.RequestVoteResponse, error) {
+		return c.RequestVote(ctx, requestVoteRequestToProto(t.name, args))
+	})
 	if err != nil {
-		return t.fail("request vote", target, err)
-	}
-	ctx, cancel := context.WithTimeout(t.ctx, t.mux.cfg.RPCTimeout)
-	defer cancel()
-	out, err := c.RequestVote(ctx, requestVoteRequestToProto(t.name, args))
-	if err != nil {
-		return t.fail("request vote", target, err)
+		return err
 	}
 	requestVoteResponseFromProto(out, resp)
 	return nil
 }
 
+// RequestPreVote implements raft.WithPreVote, which makes hashicorp/raft
+// run a pre-vote round before every election that is not a leadership
+// transfer (unless Config.PreVoteDisabled): a candidate raises its term only
+// once a majority would vote for it, and a peer that has a leader refuses,
+// so a server that was away (paused, cut off) cannot depose a leader the
+// others still follow. Like RequestVote it does not wait for a peer that is
+// down, and a peer that does not serve the group refuses (ErrUnknownGroup).
+// A peer whose RaftService lacks the method (an older broker) answers
+// codes.Unimplemented: the error then wraps ErrPreVoteUnsupported, whose
+// text raft reads as "peer without pre-vote" and counts as a granted
+// pre-vote, so that the real election decides.
+func (t *Transport) RequestPreVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	out, err := callUnary(t, "request pre-vote", target, func(ctx context.Context, c raftv1.RaftServiceClient) (*raftv1.RequestPreVoteResponse, error) {
+		out, err := c.RequestPreVote(ctx, requestPreVoteRequestToProto(t.name, args))
+		if status.Code(err) == codes.Unimplemented {
+			err = fmt.Errorf("%w: %w", ErrPreVoteUnsupported, err)
+		}
+		return out, err
+	})
+	if err != nil {
+		return err
+	}
+	requestPreVoteResponseFromProto(out, resp)
+	return nil
+}
+
 // TimeoutNow implements raft.Transport.
 func (t *Transport) TimeoutNow(_ raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
-	c, err := t.client(target)
+	out, err := callUnary(t, "timeout now", target, func(ctx context.Context, c raftv1.RaftServiceClient) (*raftv1.TimeoutNowResponse, error) {
+		return c.TimeoutNow(ctx, timeoutNowRequestToProto(t.name, args))
+	})
 	if err != nil {
-		return t.fail("timeout now", target, err)
-	}
-	ctx, cancel := context.WithTimeout(t.ctx, t.mux.cfg.RPCTimeout)
-	defer cancel()
-	out, err := c.TimeoutNow(ctx, timeoutNowRequestToProto(t.name, args))
-	if err != nil {
-		return t.fail("timeout now", target, err)
+		return err
 	}
 	timeoutNowResponseFromProto(out, resp)
 	return nil
+}
+
+// callUnary makes call, one of the unary RPCs that do not wait for a peer
+// that is down (votes, pre-votes, TimeoutNow), to target with RPCTimeout,
+// and wraps its error as t.fail does. It runs on raft's goroutine that
+// asked.
+func callUnary[Out any](t *Transport, op string, target raft.ServerAddress, call func(context.Context, raftv1.RaftServiceClient) (Out, error)) (Out, error) {
+	var zero Out
+	c, err := t.client(target)
+	if err != nil {
+		return zero, t.fail(op, target, err)
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, t.mux.cfg.RPCTimeout)
+	defer cancel()
+	out, err := call(ctx, c)
+	if err != nil {
+		return zero, t.fail(op, target, err)
+	}
+	return out, nil
 }
 
 // InstallSnapshot implements raft.Transport: one client stream whose first

@@ -89,6 +89,10 @@ func (t RaftTimings) raftConfig(local metadata.BrokerID) *raft.Config {
 	// The partition log is the durable state: Raft replays only what
 	// follows its last snapshot, and the FSM skips what the log holds.
 	c.NoSnapshotRestoreOnStart = true
+	// Pre-vote (the raftnet Transport implements raft.WithPreVote): a
+	// replica that was away (paused, cut off) must not depose a leader its
+	// peers still follow. Leadership transfers and TriggerElection skip it.
+	c.PreVoteDisabled = false
 	return c
 }
 

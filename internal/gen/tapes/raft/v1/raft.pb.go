@@ -564,6 +564,143 @@ func (x *RequestVoteResponse) GetGranted() bool {
 	return false
 }
 
+type RequestPreVoteRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Group  string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Header *RPCHeader             `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
+	// The term the candidate would stand in: its current term plus one.
+	Term          uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	LastLogIndex  uint64 `protobuf:"varint,4,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	LastLogTerm   uint64 `protobuf:"varint,5,opt,name=last_log_term,json=lastLogTerm,proto3" json:"last_log_term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestPreVoteRequest) Reset() {
+	*x = RequestPreVoteRequest{}
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestPreVoteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestPreVoteRequest) ProtoMessage() {}
+
+func (x *RequestPreVoteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestPreVoteRequest.ProtoReflect.Descriptor instead.
+func (*RequestPreVoteRequest) Descriptor() ([]byte, []int) {
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RequestPreVoteRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *RequestPreVoteRequest) GetHeader() *RPCHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *RequestPreVoteRequest) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *RequestPreVoteRequest) GetLastLogIndex() uint64 {
+	if x != nil {
+		return x.LastLogIndex
+	}
+	return 0
+}
+
+func (x *RequestPreVoteRequest) GetLastLogTerm() uint64 {
+	if x != nil {
+		return x.LastLogTerm
+	}
+	return 0
+}
+
+type RequestPreVoteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *RPCHeader             `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Granted       bool                   `protobuf:"varint,3,opt,name=granted,proto3" json:"granted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestPreVoteResponse) Reset() {
+	*x = RequestPreVoteResponse{}
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestPreVoteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestPreVoteResponse) ProtoMessage() {}
+
+func (x *RequestPreVoteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestPreVoteResponse.ProtoReflect.Descriptor instead.
+func (*RequestPreVoteResponse) Descriptor() ([]byte, []int) {
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RequestPreVoteResponse) GetHeader() *RPCHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *RequestPreVoteResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *RequestPreVoteResponse) GetGranted() bool {
+	if x != nil {
+		return x.Granted
+	}
+	return false
+}
+
 type TimeoutNowRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -574,7 +711,7 @@ type TimeoutNowRequest struct {
 
 func (x *TimeoutNowRequest) Reset() {
 	*x = TimeoutNowRequest{}
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[6]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +723,7 @@ func (x *TimeoutNowRequest) String() string {
 func (*TimeoutNowRequest) ProtoMessage() {}
 
 func (x *TimeoutNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[6]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +736,7 @@ func (x *TimeoutNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeoutNowRequest.ProtoReflect.Descriptor instead.
 func (*TimeoutNowRequest) Descriptor() ([]byte, []int) {
-	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TimeoutNowRequest) GetGroup() string {
@@ -625,7 +762,7 @@ type TimeoutNowResponse struct {
 
 func (x *TimeoutNowResponse) Reset() {
 	*x = TimeoutNowResponse{}
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[7]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +774,7 @@ func (x *TimeoutNowResponse) String() string {
 func (*TimeoutNowResponse) ProtoMessage() {}
 
 func (x *TimeoutNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[7]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +787,7 @@ func (x *TimeoutNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeoutNowResponse.ProtoReflect.Descriptor instead.
 func (*TimeoutNowResponse) Descriptor() ([]byte, []int) {
-	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TimeoutNowResponse) GetHeader() *RPCHeader {
@@ -679,7 +816,7 @@ type InstallSnapshotMeta struct {
 
 func (x *InstallSnapshotMeta) Reset() {
 	*x = InstallSnapshotMeta{}
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[8]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +828,7 @@ func (x *InstallSnapshotMeta) String() string {
 func (*InstallSnapshotMeta) ProtoMessage() {}
 
 func (x *InstallSnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[8]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +841,7 @@ func (x *InstallSnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSnapshotMeta.ProtoReflect.Descriptor instead.
 func (*InstallSnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InstallSnapshotMeta) GetGroup() string {
@@ -795,7 +932,7 @@ type InstallSnapshotRequest struct {
 
 func (x *InstallSnapshotRequest) Reset() {
 	*x = InstallSnapshotRequest{}
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[9]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +944,7 @@ func (x *InstallSnapshotRequest) String() string {
 func (*InstallSnapshotRequest) ProtoMessage() {}
 
 func (x *InstallSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[9]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +957,7 @@ func (x *InstallSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*InstallSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InstallSnapshotRequest) GetMeta() *InstallSnapshotMeta {
@@ -848,7 +985,7 @@ type InstallSnapshotResponse struct {
 
 func (x *InstallSnapshotResponse) Reset() {
 	*x = InstallSnapshotResponse{}
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[10]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +997,7 @@ func (x *InstallSnapshotResponse) String() string {
 func (*InstallSnapshotResponse) ProtoMessage() {}
 
 func (x *InstallSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[10]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1010,7 @@ func (x *InstallSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*InstallSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InstallSnapshotResponse) GetHeader() *RPCHeader {
@@ -906,7 +1043,7 @@ type HeartbeatStreamRequest struct {
 
 func (x *HeartbeatStreamRequest) Reset() {
 	*x = HeartbeatStreamRequest{}
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[11]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1055,7 @@ func (x *HeartbeatStreamRequest) String() string {
 func (*HeartbeatStreamRequest) ProtoMessage() {}
 
 func (x *HeartbeatStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[11]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1068,7 @@ func (x *HeartbeatStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatStreamRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatStreamRequest) Descriptor() ([]byte, []int) {
-	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeartbeatStreamRequest) GetCalls() []*HeartbeatCall {
@@ -969,7 +1106,7 @@ type HeartbeatCall struct {
 
 func (x *HeartbeatCall) Reset() {
 	*x = HeartbeatCall{}
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[12]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1118,7 @@ func (x *HeartbeatCall) String() string {
 func (*HeartbeatCall) ProtoMessage() {}
 
 func (x *HeartbeatCall) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[12]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1131,7 @@ func (x *HeartbeatCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatCall.ProtoReflect.Descriptor instead.
 func (*HeartbeatCall) Descriptor() ([]byte, []int) {
-	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HeartbeatCall) GetId() uint64 {
@@ -1084,7 +1221,7 @@ type HeartbeatStreamResponse struct {
 
 func (x *HeartbeatStreamResponse) Reset() {
 	*x = HeartbeatStreamResponse{}
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[13]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1233,7 @@ func (x *HeartbeatStreamResponse) String() string {
 func (*HeartbeatStreamResponse) ProtoMessage() {}
 
 func (x *HeartbeatStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[13]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1246,7 @@ func (x *HeartbeatStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatStreamResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatStreamResponse) Descriptor() ([]byte, []int) {
-	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HeartbeatStreamResponse) GetAnswers() []*HeartbeatAnswer {
@@ -1140,7 +1277,7 @@ type HeartbeatAnswer struct {
 
 func (x *HeartbeatAnswer) Reset() {
 	*x = HeartbeatAnswer{}
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[14]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1289,7 @@ func (x *HeartbeatAnswer) String() string {
 func (*HeartbeatAnswer) ProtoMessage() {}
 
 func (x *HeartbeatAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[14]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1302,7 @@ func (x *HeartbeatAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAnswer.ProtoReflect.Descriptor instead.
 func (*HeartbeatAnswer) Descriptor() ([]byte, []int) {
-	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HeartbeatAnswer) GetId() uint64 {
@@ -1242,7 +1379,7 @@ type HeartbeatError struct {
 
 func (x *HeartbeatError) Reset() {
 	*x = HeartbeatError{}
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[15]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1391,7 @@ func (x *HeartbeatError) String() string {
 func (*HeartbeatError) ProtoMessage() {}
 
 func (x *HeartbeatError) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_raft_v1_raft_proto_msgTypes[15]
+	mi := &file_tapes_raft_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1404,7 @@ func (x *HeartbeatError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatError.ProtoReflect.Descriptor instead.
 func (*HeartbeatError) Descriptor() ([]byte, []int) {
-	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_tapes_raft_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeartbeatError) GetKind() HeartbeatErrorKind {
@@ -1329,7 +1466,17 @@ const file_tapes_raft_v1_raft_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x18.tapes.raft.v1.RPCHeaderR\x06header\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x14\n" +
 	"\x05peers\x18\x03 \x01(\fR\x05peers\x12\x18\n" +
-	"\agranted\x18\x04 \x01(\bR\agranted\"[\n" +
+	"\agranted\x18\x04 \x01(\bR\agranted\"\xbd\x01\n" +
+	"\x15RequestPreVoteRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x120\n" +
+	"\x06header\x18\x02 \x01(\v2\x18.tapes.raft.v1.RPCHeaderR\x06header\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12$\n" +
+	"\x0elast_log_index\x18\x04 \x01(\x04R\flastLogIndex\x12\"\n" +
+	"\rlast_log_term\x18\x05 \x01(\x04R\vlastLogTerm\"x\n" +
+	"\x16RequestPreVoteResponse\x120\n" +
+	"\x06header\x18\x01 \x01(\v2\x18.tapes.raft.v1.RPCHeaderR\x06header\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x18\n" +
+	"\agranted\x18\x03 \x01(\bR\agranted\"[\n" +
 	"\x11TimeoutNowRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x120\n" +
 	"\x06header\x18\x02 \x01(\v2\x18.tapes.raft.v1.RPCHeaderR\x06header\"F\n" +
@@ -1391,10 +1538,11 @@ const file_tapes_raft_v1_raft_proto_rawDesc = "" +
 	" HEARTBEAT_ERROR_KIND_UNSPECIFIED\x10\x00\x12&\n" +
 	"\"HEARTBEAT_ERROR_KIND_UNKNOWN_GROUP\x10\x01\x12\x1d\n" +
 	"\x19HEARTBEAT_ERROR_KIND_RAFT\x10\x02\x12%\n" +
-	"!HEARTBEAT_ERROR_KIND_NOT_ANSWERED\x10\x032\xdc\x03\n" +
+	"!HEARTBEAT_ERROR_KIND_NOT_ANSWERED\x10\x032\xbb\x04\n" +
 	"\vRaftService\x12Z\n" +
 	"\rAppendEntries\x12#.tapes.raft.v1.AppendEntriesRequest\x1a$.tapes.raft.v1.AppendEntriesResponse\x12T\n" +
-	"\vRequestVote\x12!.tapes.raft.v1.RequestVoteRequest\x1a\".tapes.raft.v1.RequestVoteResponse\x12Q\n" +
+	"\vRequestVote\x12!.tapes.raft.v1.RequestVoteRequest\x1a\".tapes.raft.v1.RequestVoteResponse\x12]\n" +
+	"\x0eRequestPreVote\x12$.tapes.raft.v1.RequestPreVoteRequest\x1a%.tapes.raft.v1.RequestPreVoteResponse\x12Q\n" +
 	"\n" +
 	"TimeoutNow\x12 .tapes.raft.v1.TimeoutNowRequest\x1a!.tapes.raft.v1.TimeoutNowResponse\x12b\n" +
 	"\x0fInstallSnapshot\x12%.tapes.raft.v1.InstallSnapshotRequest\x1a&.tapes.raft.v1.InstallSnapshotResponse(\x01\x12d\n" +
@@ -1413,7 +1561,7 @@ func file_tapes_raft_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_tapes_raft_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tapes_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_tapes_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_tapes_raft_v1_raft_proto_goTypes = []any{
 	(HeartbeatErrorKind)(0),         // 0: tapes.raft.v1.HeartbeatErrorKind
 	(*RPCHeader)(nil),               // 1: tapes.raft.v1.RPCHeader
@@ -1422,16 +1570,18 @@ var file_tapes_raft_v1_raft_proto_goTypes = []any{
 	(*AppendEntriesResponse)(nil),   // 4: tapes.raft.v1.AppendEntriesResponse
 	(*RequestVoteRequest)(nil),      // 5: tapes.raft.v1.RequestVoteRequest
 	(*RequestVoteResponse)(nil),     // 6: tapes.raft.v1.RequestVoteResponse
-	(*TimeoutNowRequest)(nil),       // 7: tapes.raft.v1.TimeoutNowRequest
-	(*TimeoutNowResponse)(nil),      // 8: tapes.raft.v1.TimeoutNowResponse
-	(*InstallSnapshotMeta)(nil),     // 9: tapes.raft.v1.InstallSnapshotMeta
-	(*InstallSnapshotRequest)(nil),  // 10: tapes.raft.v1.InstallSnapshotRequest
-	(*InstallSnapshotResponse)(nil), // 11: tapes.raft.v1.InstallSnapshotResponse
-	(*HeartbeatStreamRequest)(nil),  // 12: tapes.raft.v1.HeartbeatStreamRequest
-	(*HeartbeatCall)(nil),           // 13: tapes.raft.v1.HeartbeatCall
-	(*HeartbeatStreamResponse)(nil), // 14: tapes.raft.v1.HeartbeatStreamResponse
-	(*HeartbeatAnswer)(nil),         // 15: tapes.raft.v1.HeartbeatAnswer
-	(*HeartbeatError)(nil),          // 16: tapes.raft.v1.HeartbeatError
+	(*RequestPreVoteRequest)(nil),   // 7: tapes.raft.v1.RequestPreVoteRequest
+	(*RequestPreVoteResponse)(nil),  // 8: tapes.raft.v1.RequestPreVoteResponse
+	(*TimeoutNowRequest)(nil),       // 9: tapes.raft.v1.TimeoutNowRequest
+	(*TimeoutNowResponse)(nil),      // 10: tapes.raft.v1.TimeoutNowResponse
+	(*InstallSnapshotMeta)(nil),     // 11: tapes.raft.v1.InstallSnapshotMeta
+	(*InstallSnapshotRequest)(nil),  // 12: tapes.raft.v1.InstallSnapshotRequest
+	(*InstallSnapshotResponse)(nil), // 13: tapes.raft.v1.InstallSnapshotResponse
+	(*HeartbeatStreamRequest)(nil),  // 14: tapes.raft.v1.HeartbeatStreamRequest
+	(*HeartbeatCall)(nil),           // 15: tapes.raft.v1.HeartbeatCall
+	(*HeartbeatStreamResponse)(nil), // 16: tapes.raft.v1.HeartbeatStreamResponse
+	(*HeartbeatAnswer)(nil),         // 17: tapes.raft.v1.HeartbeatAnswer
+	(*HeartbeatError)(nil),          // 18: tapes.raft.v1.HeartbeatError
 }
 var file_tapes_raft_v1_raft_proto_depIdxs = []int32{
 	1,  // 0: tapes.raft.v1.AppendEntriesRequest.header:type_name -> tapes.raft.v1.RPCHeader
@@ -1439,30 +1589,34 @@ var file_tapes_raft_v1_raft_proto_depIdxs = []int32{
 	1,  // 2: tapes.raft.v1.AppendEntriesResponse.header:type_name -> tapes.raft.v1.RPCHeader
 	1,  // 3: tapes.raft.v1.RequestVoteRequest.header:type_name -> tapes.raft.v1.RPCHeader
 	1,  // 4: tapes.raft.v1.RequestVoteResponse.header:type_name -> tapes.raft.v1.RPCHeader
-	1,  // 5: tapes.raft.v1.TimeoutNowRequest.header:type_name -> tapes.raft.v1.RPCHeader
-	1,  // 6: tapes.raft.v1.TimeoutNowResponse.header:type_name -> tapes.raft.v1.RPCHeader
-	1,  // 7: tapes.raft.v1.InstallSnapshotMeta.header:type_name -> tapes.raft.v1.RPCHeader
-	9,  // 8: tapes.raft.v1.InstallSnapshotRequest.meta:type_name -> tapes.raft.v1.InstallSnapshotMeta
-	1,  // 9: tapes.raft.v1.InstallSnapshotResponse.header:type_name -> tapes.raft.v1.RPCHeader
-	13, // 10: tapes.raft.v1.HeartbeatStreamRequest.calls:type_name -> tapes.raft.v1.HeartbeatCall
-	15, // 11: tapes.raft.v1.HeartbeatStreamResponse.answers:type_name -> tapes.raft.v1.HeartbeatAnswer
-	16, // 12: tapes.raft.v1.HeartbeatAnswer.error:type_name -> tapes.raft.v1.HeartbeatError
-	0,  // 13: tapes.raft.v1.HeartbeatError.kind:type_name -> tapes.raft.v1.HeartbeatErrorKind
-	3,  // 14: tapes.raft.v1.RaftService.AppendEntries:input_type -> tapes.raft.v1.AppendEntriesRequest
-	5,  // 15: tapes.raft.v1.RaftService.RequestVote:input_type -> tapes.raft.v1.RequestVoteRequest
-	7,  // 16: tapes.raft.v1.RaftService.TimeoutNow:input_type -> tapes.raft.v1.TimeoutNowRequest
-	10, // 17: tapes.raft.v1.RaftService.InstallSnapshot:input_type -> tapes.raft.v1.InstallSnapshotRequest
-	12, // 18: tapes.raft.v1.RaftService.HeartbeatStream:input_type -> tapes.raft.v1.HeartbeatStreamRequest
-	4,  // 19: tapes.raft.v1.RaftService.AppendEntries:output_type -> tapes.raft.v1.AppendEntriesResponse
-	6,  // 20: tapes.raft.v1.RaftService.RequestVote:output_type -> tapes.raft.v1.RequestVoteResponse
-	8,  // 21: tapes.raft.v1.RaftService.TimeoutNow:output_type -> tapes.raft.v1.TimeoutNowResponse
-	11, // 22: tapes.raft.v1.RaftService.InstallSnapshot:output_type -> tapes.raft.v1.InstallSnapshotResponse
-	14, // 23: tapes.raft.v1.RaftService.HeartbeatStream:output_type -> tapes.raft.v1.HeartbeatStreamResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	1,  // 5: tapes.raft.v1.RequestPreVoteRequest.header:type_name -> tapes.raft.v1.RPCHeader
+	1,  // 6: tapes.raft.v1.RequestPreVoteResponse.header:type_name -> tapes.raft.v1.RPCHeader
+	1,  // 7: tapes.raft.v1.TimeoutNowRequest.header:type_name -> tapes.raft.v1.RPCHeader
+	1,  // 8: tapes.raft.v1.TimeoutNowResponse.header:type_name -> tapes.raft.v1.RPCHeader
+	1,  // 9: tapes.raft.v1.InstallSnapshotMeta.header:type_name -> tapes.raft.v1.RPCHeader
+	11, // 10: tapes.raft.v1.InstallSnapshotRequest.meta:type_name -> tapes.raft.v1.InstallSnapshotMeta
+	1,  // 11: tapes.raft.v1.InstallSnapshotResponse.header:type_name -> tapes.raft.v1.RPCHeader
+	15, // 12: tapes.raft.v1.HeartbeatStreamRequest.calls:type_name -> tapes.raft.v1.HeartbeatCall
+	17, // 13: tapes.raft.v1.HeartbeatStreamResponse.answers:type_name -> tapes.raft.v1.HeartbeatAnswer
+	18, // 14: tapes.raft.v1.HeartbeatAnswer.error:type_name -> tapes.raft.v1.HeartbeatError
+	0,  // 15: tapes.raft.v1.HeartbeatError.kind:type_name -> tapes.raft.v1.HeartbeatErrorKind
+	3,  // 16: tapes.raft.v1.RaftService.AppendEntries:input_type -> tapes.raft.v1.AppendEntriesRequest
+	5,  // 17: tapes.raft.v1.RaftService.RequestVote:input_type -> tapes.raft.v1.RequestVoteRequest
+	7,  // 18: tapes.raft.v1.RaftService.RequestPreVote:input_type -> tapes.raft.v1.RequestPreVoteRequest
+	9,  // 19: tapes.raft.v1.RaftService.TimeoutNow:input_type -> tapes.raft.v1.TimeoutNowRequest
+	12, // 20: tapes.raft.v1.RaftService.InstallSnapshot:input_type -> tapes.raft.v1.InstallSnapshotRequest
+	14, // 21: tapes.raft.v1.RaftService.HeartbeatStream:input_type -> tapes.raft.v1.HeartbeatStreamRequest
+	4,  // 22: tapes.raft.v1.RaftService.AppendEntries:output_type -> tapes.raft.v1.AppendEntriesResponse
+	6,  // 23: tapes.raft.v1.RaftService.RequestVote:output_type -> tapes.raft.v1.RequestVoteResponse
+	8,  // 24: tapes.raft.v1.RaftService.RequestPreVote:output_type -> tapes.raft.v1.RequestPreVoteResponse
+	10, // 25: tapes.raft.v1.RaftService.TimeoutNow:output_type -> tapes.raft.v1.TimeoutNowResponse
+	13, // 26: tapes.raft.v1.RaftService.InstallSnapshot:output_type -> tapes.raft.v1.InstallSnapshotResponse
+	16, // 27: tapes.raft.v1.RaftService.HeartbeatStream:output_type -> tapes.raft.v1.HeartbeatStreamResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_tapes_raft_v1_raft_proto_init() }
@@ -1476,7 +1630,7 @@ func file_tapes_raft_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tapes_raft_v1_raft_proto_rawDesc), len(file_tapes_raft_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

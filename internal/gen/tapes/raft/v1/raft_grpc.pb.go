@@ -26,6 +26,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RaftService_AppendEntries_FullMethodName   = "/tapes.raft.v1.RaftService/AppendEntries"
 	RaftService_RequestVote_FullMethodName     = "/tapes.raft.v1.RaftService/RequestVote"
+	RaftService_RequestPreVote_FullMethodName  = "/tapes.raft.v1.RaftService/RequestPreVote"
 	RaftService_TimeoutNow_FullMethodName      = "/tapes.raft.v1.RaftService/TimeoutNow"
 	RaftService_InstallSnapshot_FullMethodName = "/tapes.raft.v1.RaftService/InstallSnapshot"
 	RaftService_HeartbeatStream_FullMethodName = "/tapes.raft.v1.RaftService/HeartbeatStream"
@@ -37,6 +38,12 @@ const (
 type RaftServiceClient interface {
 	AppendEntries(ctx context.Context, in *AppendEntriesRequest, opts ...grpc.CallOption) (*AppendEntriesResponse, error)
 	RequestVote(ctx context.Context, in *RequestVoteRequest, opts ...grpc.CallOption) (*RequestVoteResponse, error)
+	// Raft's pre-vote: would the peer vote for this candidate in the next
+	// term? Asked before a candidate raises its term, so that a server that
+	// was away cannot depose a leader the others still follow. A peer that
+	// lacks this method answers codes.Unimplemented, and the caller treats it
+	// as a granted pre-vote, as hashicorp/raft does for a peer without it.
+	RequestPreVote(ctx context.Context, in *RequestPreVoteRequest, opts ...grpc.CallOption) (*RequestPreVoteResponse, error)
 	TimeoutNow(ctx context.Context, in *TimeoutNowRequest, opts ...grpc.CallOption) (*TimeoutNowResponse, error)
 	// The first message carries the request; the ones after it carry data.
 	InstallSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[InstallSnapshotRequest, InstallSnapshotResponse], error)
@@ -73,6 +80,16 @@ func (c *raftServiceClient) RequestVote(ctx context.Context, in *RequestVoteRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RequestVoteResponse)
 	err := c.cc.Invoke(ctx, RaftService_RequestVote_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *raftServiceClient) RequestPreVote(ctx context.Context, in *RequestPreVoteRequest, opts ...grpc.CallOption) (*RequestPreVoteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestPreVoteResponse)
+	err := c.cc.Invoke(ctx, RaftService_RequestPreVote_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +138,12 @@ type RaftService_HeartbeatStreamClient = grpc.BidiStreamingClient[HeartbeatStrea
 type RaftServiceServer interface {
 	AppendEntries(context.Context, *AppendEntriesRequest) (*AppendEntriesResponse, error)
 	RequestVote(context.Context, *RequestVoteRequest) (*RequestVoteResponse, error)
+	// Raft's pre-vote: would the peer vote for this candidate in the next
+	// term? Asked before a candidate raises its term, so that a server that
+	// was away cannot depose a leader the others still follow. A peer that
+	// lacks this method answers codes.Unimplemented, and the caller treats it
+	// as a granted pre-vote, as hashicorp/raft does for a peer without it.
+	RequestPreVote(context.Context, *RequestPreVoteRequest) (*RequestPreVoteResponse, error)
 	TimeoutNow(context.Context, *TimeoutNowRequest) (*TimeoutNowResponse, error)
 	// The first message carries the request; the ones after it carry data.
 	InstallSnapshot(grpc.ClientStreamingServer[InstallSnapshotRequest, InstallSnapshotResponse]) error
@@ -148,6 +171,9 @@ func (UnimplementedRaftServiceServer) AppendEntries(context.Context, *AppendEntr
 }
 func (UnimplementedRaftServiceServer) RequestVote(context.Context, *RequestVoteRequest) (*RequestVoteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RequestVote not implemented")
+}
+func (UnimplementedRaftServiceServer) RequestPreVote(context.Context, *RequestPreVoteRequest) (*RequestPreVoteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequestPreVote not implemented")
 }
 func (UnimplementedRaftServiceServer) TimeoutNow(context.Context, *TimeoutNowRequest) (*TimeoutNowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TimeoutNow not implemented")
@@ -215,6 +241,24 @@ func _RaftService_RequestVote_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RaftService_RequestPreVote_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestPreVoteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServiceServer).RequestPreVote(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RaftService_RequestPreVote_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServiceServer).RequestPreVote(ctx, req.(*RequestPreVoteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RaftService_TimeoutNow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(TimeoutNowRequest)
 	if err := dec(in); err != nil {
@@ -261,6 +305,10 @@ var RaftService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RequestVote",
 			Handler:    _RaftService_RequestVote_Handler,
+		},
+		{
+			MethodName: "RequestPreVote",
+			Handler:    _RaftService_RequestPreVote_Handler,
 		},
 		{
 			MethodName: "TimeoutNow",
