@@ -15,7 +15,6 @@ package dashboard
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -41,11 +40,14 @@ const (
 	// predictOrderProcess is the order consumers' --process-time: the
 	// other traffic each run writes first takes this long per record.
 	predictOrderProcess = 30 * time.Millisecond
-	// maxPredictBacklog is the most records of other traffic a run writes
-	// to each partition before A1 or B1.
-	maxPredictBacklog = 4
 	predictTimeout    = 60 * time.Second
 )
+
+// predictBacklogs are the records of other traffic runs 1, 2, ... write
+// ahead of A1 and of B1 (then again from the first).
+var predictBacklogs = [][2]int{{0, 0}, {3, 0}, {0, 2}, {2, 0}, {1, 3}}
+
+func predictBacklog(run int) [2]int { return predictBacklogs[(run-1)%len(predictBacklogs)] }
 
 // Answers predict-order takes.
 var predictOrderAnswers = []string{"A1", "B1", "either"}
@@ -91,9 +93,10 @@ func (s *Server) predictConsumers(ctx context.Context, a *action) (string, error
 
 // predictOrder runs A1-then-B1 a.Runs times on the two partitions of
 // predict-order and reports each run's processing order, from the
-// consumers' histories. Before A1 and B1 each run writes, to each
-// partition, 0 to maxPredictBacklog records of other traffic (at random),
-// which its consumer processes first, as a busy topic would.
+// consumers' histories. Before A1 and B1 each run writes a few records of
+// other traffic to each partition (predictBacklog), which its consumer
+// processes first, as on a busy topic: the partitions' consumers are where
+// they are, each in its own partition.
 func (s *Server) predictOrder(ctx context.Context, a *action) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, predictTimeout+time.Duration(a.Runs)*10*time.Second)
 	defer cancel()
@@ -112,9 +115,10 @@ func (s *Server) predictOrder(ctx context.Context, a *action) (string, error) {
 	aFirst := 0
 	for run := 1; run <= a.Runs; run++ {
 		id := func(what string) string { return fmt.Sprintf("%s-run%d-%s", prefix, run, what) }
-		for p, what := range []string{"A", "B"} {
-			for i := range rand.IntN(maxPredictBacklog + 1) {
-				if err := s.producePredict(ctx, int32(p), "other", id(fmt.Sprintf("%s-other%d", what, i))); err != nil {
+		ahead := predictBacklog(run)
+		for p, n := range ahead {
+			for i := range n {
+				if err := s.producePredict(ctx, int32(p), "other", id(fmt.Sprintf("p%d-other%d", p, i))); err != nil {
 					return "", err
 				}
 			}
@@ -130,12 +134,12 @@ func (s *Server) predictOrder(ctx context.Context, a *action) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("run %d: %w", run, err)
 		}
+		order := "B1 then A1"
 		if first == "A1" {
 			aFirst++
-			runs = append(runs, fmt.Sprintf("run %d: A1 then B1", run))
-		} else {
-			runs = append(runs, fmt.Sprintf("run %d: B1 then A1", run))
+			order = "A1 then B1"
 		}
+		runs = append(runs, fmt.Sprintf("run %d, %d other records ahead of A1 and %d of B1: %s", run, ahead[0], ahead[1], order))
 	}
 	return fmt.Sprintf("you predicted %s; A1 was processed first in %d of %d runs (%s). Partitions are consumed in parallel: order holds within a partition only",
 		predictAnswerText(a.Answer), aFirst, a.Runs, strings.Join(runs, "; ")), nil
