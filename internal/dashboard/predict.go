@@ -40,7 +40,7 @@ const (
 	// predictOrderProcess is the order consumers' --process-time: the
 	// other traffic each run writes first takes this long per record.
 	predictOrderProcess = 30 * time.Millisecond
-	predictTimeout    = 60 * time.Second
+	predictTimeout      = 60 * time.Second
 )
 
 // predictBacklogs are the records of other traffic runs 1, 2, ... write
