@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
+	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/tapes-dev/tapes/internal/consumer"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/producer"
+	"github.com/tapes-dev/tapes/internal/sink"
 )
 
 // salted is record number n of producer run p-1, key_seq seq of key-0, at
@@ -69,5 +72,32 @@ func TestResequencerHandsSaltedRecordsOnInKeySeqOrder(t *testing.T) {
 	}
 	if n := q.drop([]consumer.TopicPartition{{Topic: "orders", Partition: 2}}); n != 1 || q.held() != 0 {
 		t.Fatalf("drop of partition 2: %d dropped, %d held", n, q.held())
+	}
+}
+
+// TestEffectsOfASaltedKeyShareItsEntity: the sink keys an effect by the
+// entity header, so two salted records of key-0 applied out of send order
+// count as out of key order although their Kafka keys differ.
+func TestEffectsOfASaltedKeyShareItsEntity(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sink.db")
+	sk, err := sink.Open(path, sink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{o: &options{name: "consumer-1"}, sink: sk}
+	later, earlier := salted(5, 1, 2, 0), salted(4, 0, 3, 0)
+	later.Key = []byte("key-0#2")
+	for _, r := range []consumer.Record{later, earlier} {
+		if err := d.apply(context.Background(), 1, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sk.Close()
+	st, err := sink.ComputeStats(context.Background(), path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Effects != 2 || st.OutOfKeyOrder != 1 {
+		t.Fatalf("effects %d, out of key order %d; want 2 and 1 (both of entity key-0)", st.Effects, st.OutOfKeyOrder)
 	}
 }
