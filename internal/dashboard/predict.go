@@ -152,8 +152,8 @@ func predictAnswerText(answer string) string {
 	return answer + " first"
 }
 
-// ensureTopic creates topic with partitions partitions (replication: the
-// running brokers, at most 3) unless it exists; an existing one with
+// ensureTopic creates topic with partitions partitions (replication 3, or
+// what the available brokers allow) unless it exists; an existing one with
 // another partition count is a conflict.
 func (s *Server) ensureTopic(ctx context.Context, topic string, partitions int32) error {
 	md, err := s.cfg.Client.Metadata(ctx, []string{topic}, false)
@@ -163,20 +163,24 @@ func (s *Server) ensureTopic(ctx context.Context, topic string, partitions int32
 		}
 		return nil
 	}
-	rf := int32(0)
+	// As many replicas as the cluster takes, up to 3: a broker that is down
+	// but still counted gets a replica that the two others outvote.
+	brokers := int32(0)
 	for _, n := range s.cfg.Cluster.Names() {
 		if p, ok := s.cfg.Cluster.Process(n); ok && p.Kind == "broker" {
-			if st, err := s.cfg.Cluster.ProcessStatus(n); err == nil && st.State == "running" {
-				rf++
-			}
+			brokers++
 		}
 	}
-	rf = min(max(rf, 1), 3)
-	err = s.cfg.Client.CreateTopics(ctx, []*tapesv1.TopicSpec{{Name: topic, Partitions: partitions, ReplicationFactor: rf}}, false)
-	if err != nil && !kerr.Is(err, kerr.TopicAlreadyExists) {
+	for rf := min(max(brokers, 1), 3); ; rf-- {
+		err = s.cfg.Client.CreateTopics(ctx, []*tapesv1.TopicSpec{{Name: topic, Partitions: partitions, ReplicationFactor: rf}}, false)
+		switch {
+		case err == nil, kerr.Is(err, kerr.TopicAlreadyExists):
+			return nil
+		case kerr.Is(err, kerr.InvalidReplicationFactor) && rf > 1:
+			continue // fewer brokers available than launched
+		}
 		return fmt.Errorf("create topic %s: %w", topic, err)
 	}
-	return nil
 }
 
 // predictConsumerNames are the processes of a prediction's group.
