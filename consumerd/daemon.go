@@ -30,6 +30,9 @@ type daemon struct {
 	cons *consumer.Consumer
 	sink *sink.Sink
 	hist *consumer.HistoryWriter
+	// reseq is --resequence-salted (nil without): the poll goroutine only
+	// (the loop, and the listener methods Poll calls).
+	reseq *resequencer
 
 	// stopReq is closed by the control endpoint's Stop; finished when the
 	// loop has left the group and flushed everything.
@@ -48,6 +51,9 @@ type daemon struct {
 
 func newDaemon(o *options, cl *client.Client, logger *slog.Logger, out io.Writer) (*daemon, error) {
 	d := &daemon{o: o, log: logger, out: out, cl: cl, stopReq: make(chan struct{}), finished: make(chan struct{}), committed: map[int32]int64{}}
+	if o.resequenceSalted {
+		d.reseq = newResequencer()
+	}
 	var err error
 	if o.historyPath != "" {
 		if d.hist, err = consumer.CreateHistory(o.historyPath); err != nil {
@@ -212,15 +218,30 @@ func (d *daemon) loop(ctx context.Context) error {
 			if d.o.processTime > 0 {
 				time.Sleep(d.o.processTime)
 			}
-			if err := d.process(ctx, gen, r); err != nil {
-				return err
+			ready := []consumer.Record{r}
+			if d.reseq != nil {
+				// Read in order; the effects follow in key_seq order.
+				if err := d.record(gen, r); err != nil {
+					return err
+				}
+				ready = d.reseq.offer(r)
 			}
-			d.mu.Lock()
-			d.processed++
-			n := d.processed
-			d.mu.Unlock()
-			if d.o.crashAfter > 0 && n >= d.o.crashAfter {
-				d.crash(fmt.Sprintf("--crash-after-records %d reached", d.o.crashAfter))
+			for _, r := range ready {
+				if err := d.apply(ctx, gen, r); err != nil {
+					return err
+				}
+				if d.reseq == nil {
+					if err := d.record(gen, r); err != nil {
+						return err
+					}
+				}
+				d.mu.Lock()
+				d.processed++
+				n := d.processed
+				d.mu.Unlock()
+				if d.o.crashAfter > 0 && n >= d.o.crashAfter {
+					d.crash(fmt.Sprintf("--crash-after-records %d reached", d.o.crashAfter))
+				}
 			}
 		}
 		if d.o.commit == "after" {
@@ -229,8 +250,13 @@ func (d *daemon) loop(ctx context.Context) error {
 	}
 }
 
-// process applies one record's effect and writes its history line.
-func (d *daemon) process(ctx context.Context, gen int32, r consumer.Record) error {
+// apply applies one record's effect to the sink, if any. Its key is the
+// record's entity header (the logical key: a salted key's records share
+// it), else its Kafka key.
+func (d *daemon) apply(ctx context.Context, gen int32, r consumer.Record) error {
+	if d.sink == nil {
+		return nil
+	}
 	eventID, entity := "", ""
 	for _, h := range r.Headers {
 		switch h.Key {
@@ -240,22 +266,34 @@ func (d *daemon) process(ctx context.Context, gen int32, r consumer.Record) erro
 			entity = string(h.Value)
 		}
 	}
+	if entity == "" && r.Key != nil {
+		entity = string(r.Key)
+	}
+	applied, err := d.sink.Apply(ctx, sink.Effect{Consumer: d.o.name, Generation: gen, Topic: r.Topic, Partition: r.Partition,
+		Offset: r.Offset, EventID: eventID, Key: entity, Value: r.Value})
+	if err != nil {
+		return fmt.Errorf("sink: %w", err)
+	}
+	if !applied {
+		d.mu.Lock()
+		d.skipped++
+		d.mu.Unlock()
+	}
+	return nil
+}
+
+// record writes one record's history line.
+func (d *daemon) record(gen int32, r consumer.Record) error {
+	eventID := ""
+	for _, h := range r.Headers {
+		if h.Key == producer.EventIDHeader {
+			eventID = string(h.Value)
+		}
+	}
 	var key *string
 	if r.Key != nil {
 		k := string(r.Key)
-		key, entity = &k, k
-	}
-	if d.sink != nil {
-		applied, err := d.sink.Apply(ctx, sink.Effect{Consumer: d.o.name, Generation: gen, Topic: r.Topic, Partition: r.Partition,
-			Offset: r.Offset, EventID: eventID, Key: entity, Value: r.Value})
-		if err != nil {
-			return fmt.Errorf("sink: %w", err)
-		}
-		if !applied {
-			d.mu.Lock()
-			d.skipped++
-			d.mu.Unlock()
-		}
+		key = &k
 	}
 	p, off, v := r.Partition, r.Offset, string(r.Value)
 	return d.hist.Write(consumer.HistoryLine{Type: consumer.HistoryRecord, Consumer: d.o.name, Generation: gen, Topic: r.Topic,
@@ -266,6 +304,9 @@ func (d *daemon) process(ctx context.Context, gen int32, r consumer.Record) erro
 func (d *daemon) commit(ctx context.Context, offsets map[consumer.TopicPartition]int64) {
 	if len(offsets) == 0 {
 		return
+	}
+	if d.reseq != nil {
+		offsets = d.reseq.capCommit(offsets)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err := d.cons.Commit(cctx, offsets)
@@ -322,6 +363,7 @@ func (d *daemon) Revoked(ctx context.Context, gen int32, tps []consumer.TopicPar
 		}
 	}
 	d.commit(ctx, offsets)
+	d.dropHeld(tps)
 	d.assignmentLine(consumer.HistoryRevoked, gen, tps, nil)
 	d.log.Info("partitions revoked", "generation", gen, "partitions", fmt.Sprint(partitionsOf(tps)))
 }
@@ -335,8 +377,20 @@ func (d *daemon) Lost(_ context.Context, gen int32, tps []consumer.TopicPartitio
 	d.mu.Lock()
 	d.rebalances++
 	d.mu.Unlock()
+	d.dropHeld(tps)
 	d.assignmentLine(consumer.HistoryLost, gen, tps, why)
 	d.log.Warn("partitions lost (fenced): not committing them", "generation", gen, "partitions", fmt.Sprint(partitionsOf(tps)), "why", why)
+}
+
+// dropHeld forgets the records --resequence-salted holds back of
+// partitions going away.
+func (d *daemon) dropHeld(tps []consumer.TopicPartition) {
+	if d.reseq == nil {
+		return
+	}
+	if n := d.reseq.drop(tps); n > 0 {
+		d.log.Warn("partitions going away: their records held back for key order are dropped (their next owner reads them again)", "records", n, "partitions", fmt.Sprint(partitionsOf(tps)))
+	}
 }
 
 func (d *daemon) Gap(tp consumer.TopicPartition, from, to, resumeAt int64) {

@@ -64,6 +64,7 @@ type options struct {
 	processTime        time.Duration
 	sinkPath           string
 	idempotentSink     bool
+	resequenceSalted   bool
 	from               string
 	historyPath        string
 	crashAfter         int64
@@ -92,6 +93,14 @@ its effect to the SQLite --sink), and commit, in the order --commit says:
   auto    commit the positions on a timer (--auto-commit-interval), as the Java client does
 With --idempotent-sink the effect and the record's event_id are written in one transaction
 with a unique constraint, so a redelivered record changes nothing (effectively once).
+The effect's key is the record's entity header (its logical key), else its key.
+
+--resequence-salted restores the order of a salted hot key (producerd --salt-hot-key): a record
+with the headers salt and key_seq is held back until the records before it of its producer
+run and entity have had their effect, so that the key's effects follow key_seq although its
+records came from several partitions; commits stay below the records held back. It needs every
+partition the key reaches read by this consumer, from the key's first record on (one consumer
+per group); its record lines are written when a record is read, its effect follows in order.
 
 --history writes one JSON line per record processed
   {"type":"record","consumer","generation","topic","partition","offset","event_id","key","value","at"}
@@ -121,6 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.processTime, "process-time", 0, "time spent processing each record before its effect is applied")
 	fs.StringVar(&o.sinkPath, "sink", "", "SQLite `file` the effects are applied to, shared by the group's consumers (none when empty)")
 	fs.BoolVar(&o.idempotentSink, "idempotent-sink", false, "apply each event_id at most once (effect and event_id in one transaction with a unique constraint)")
+	fs.BoolVar(&o.resequenceSalted, "resequence-salted", false, "apply the records of a salted key (headers salt, key_seq) in key_seq order: hold each back until its predecessors have had their effect")
 	fs.StringVar(&o.from, "from", "earliest", "where to start without a committed offset, or after retention deleted it (auto.offset.reset): earliest or latest")
 	fs.StringVar(&o.historyPath, "history", "", "append one JSON line per record processed, commit and assignment change to this `file` (created if missing; a restarted consumer continues it)")
 	fs.Int64Var(&o.crashAfter, "crash-after-records", 0, "exit at once (code 3) after processing this many records, mid-batch, without committing or leaving (0: never)")

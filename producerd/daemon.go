@@ -36,6 +36,8 @@ type daemonOpts struct {
 	keys          string
 	keySpace      int
 	hotShare      float64
+	saltHotKey    int
+	seed          uint64
 	valueSize     int
 	retries       int
 	history       string
@@ -53,7 +55,10 @@ error name), retried, and duplicates avoided. A progress line is printed every -
 Every record carries the headers event_id (unique; the same in every retry), schema_version and
 entity, a timestamp and a --value-size byte value that starts with its event_id. entity is the
 record's logical key, key-0 ... key-(K-1) (--key-space K; --hot-key-share F sends that share of
-records to key-0, to load one partition); with --keys on it is also the record's key, with
+records to key-0, to load one partition; --salt-hot-key N gives key-0's records the Kafka key
+key-0#S with S one of 0 ... N-1 drawn at random, so that they spread over up to N partitions,
+and the headers salt S and key_seq, the record's place among this run's key-0 records, from 0,
+by which a consumer can restore their order); with --keys on it is also the record's key, with
 --keys off the record has no key but keeps its entity, so that consumers can still check the
 order of each entity's records. Keyed records go to the partition Kafka's murmur2 partitioner
 picks for the key; keyless records use the sticky partitioner.
@@ -70,7 +75,7 @@ a second Ctrl-C gives up at once (open records are written as PRODUCER_CLOSED).
 
 --history FILE writes one JSON line per record attempted, once its outcome is final:
   {"event_id","key","value","partition","offset","acks","status":"ok"|"error","error":NAME,
-   "attempts","sent_at","acked_at"}
+   "attempts","sent_at","acked_at"[,"salt","key_seq"]}
 offset is -1 when unknown; error and acked_at are null on success and on failure respectively.
 Error names: the broker's Kafka names, NETWORK_EXCEPTION (connection failed or lost),
 REQUEST_TIMED_OUT (not answered in time, or older than --delivery-timeout), PRODUCER_CLOSED.
@@ -89,6 +94,8 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 	fs.StringVar(&o.keys, "keys", "on", "on: every record's key is its entity (header entity, from the key space); off: keyless records (sticky partitioner) that keep their entity header")
 	fs.IntVar(&o.keySpace, "key-space", 100, "number of distinct entities key-0 ... key-(K-1), the records' keys with --keys on")
 	fs.Float64Var(&o.hotShare, "hot-key-share", 0, "share of records, 0 to 1, that use the hot key key-0 (skews one partition)")
+	fs.IntVar(&o.saltHotKey, "salt-hot-key", 0, "spread the hot key over up to `N` partitions: its records get the key key-0#S, S drawn from 0 ... N-1, and the headers salt and key_seq (0: no salting; needs --hot-key-share > 0)")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed of the record generator (keys, hot-key draws, salts): the same seed makes the same key sequence (0: a random seed)")
 	fs.IntVar(&o.valueSize, "value-size", 100, "bytes in each record's value")
 	o.sendOpts.addFlags(fs)
 	fs.IntVar(&o.retries, "retries", producer.DefaultRetries, "most times a failed batch is retried (0: never; --idempotent needs at least 1)")
@@ -117,6 +124,10 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 		return nil, usagef("--hot-key-share %v: want a share between 0 and 1", o.hotShare)
 	case o.hotShare > 0 && o.keys == "off":
 		return nil, usagef("--hot-key-share %v needs --keys on", o.hotShare)
+	case o.saltHotKey < 0 || o.saltHotKey > maxSalts:
+		return nil, usagef("--salt-hot-key %d: want 0 (no salting) to %d suffixes", o.saltHotKey, maxSalts)
+	case o.saltHotKey > 0 && o.hotShare == 0:
+		return nil, usagef("--salt-hot-key %d needs --hot-key-share > 0: only the hot key is salted", o.saltHotKey)
 	case o.valueSize < 0:
 		return nil, usagef("--value-size %d: want 0 or more bytes", o.valueSize)
 	case o.retries < 0:
@@ -165,6 +176,9 @@ type daemon struct {
 	hist     *producer.History
 	idPrefix string
 	start    time.Time
+	// hotSeq is the key_seq of the next salted hot-key record: generate's
+	// goroutine only.
+	hotSeq int64
 
 	mu       sync.Mutex
 	state    string
@@ -369,28 +383,62 @@ func (d *daemon) checkRecordSize() error {
 	if o.count > 0 {
 		n = o.count - 1
 	}
-	rec := d.makeRecord(n, o.keySpace-1) // the longest event id, entity and key
-	size := producer.SingleRecordBatchSize(&tapesv1.Record{TimestampMs: time.Now().UnixMilli(), Key: rec.Key, Value: rec.Value, Headers: rec.Headers})
-	if max := d.prod.MaxMessageBytes(); int64(size) > max {
-		return &inputError{kerr.New(kerr.RecordTooLarge, "--value-size %d makes records of up to %d bytes (key and headers included), more than max.message.bytes=%d of topic %q",
-			o.valueSize, size, max, o.topic)}
+	// The longest event id, entity and key; a salted hot-key record also
+	// carries its salt and key_seq.
+	longest := []*producer.Record{d.makeRecord(n, o.keySpace-1, noSalt, 0)}
+	if o.saltHotKey > 0 {
+		longest = append(longest, d.makeRecord(n, 0, o.saltHotKey-1, n))
+	}
+	for _, rec := range longest {
+		size := producer.SingleRecordBatchSize(&tapesv1.Record{TimestampMs: time.Now().UnixMilli(), Key: rec.Key, Value: rec.Value, Headers: rec.Headers})
+		if max := d.prod.MaxMessageBytes(); int64(size) > max {
+			return &inputError{kerr.New(kerr.RecordTooLarge, "--value-size %d makes records of up to %d bytes (key and headers included), more than max.message.bytes=%d of topic %q",
+				o.valueSize, size, max, o.topic)}
+		}
 	}
 	return nil
 }
 
-// record makes record number n, its entity drawn from the key space.
+// maxSalts is the most suffixes --salt-hot-key takes.
+const maxSalts = 1000
+
+// noSalt is makeRecord's salt for a record that is not salted.
+const noSalt = -1
+
+// newRecordRand is the generator of one run's keys, hot-key draws and
+// salts: seeded by --seed, or at random when it is 0.
+func newRecordRand(seed uint64) *rand.Rand {
+	if seed == 0 {
+		return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// record makes record number n, its entity drawn from rng over the key
+// space (key-0 with --hot-key-share), and with --salt-hot-key salts every
+// record of key-0 with a suffix drawn from rng. Only generate's goroutine
+// calls it (it advances hotSeq).
 func (d *daemon) record(n int64, rng *rand.Rand) *producer.Record {
 	o := d.o
 	k := 0
 	if o.hotShare == 0 || rng.Float64() >= o.hotShare {
 		k = rng.IntN(o.keySpace)
 	}
-	return d.makeRecord(n, k)
+	if o.saltHotKey == 0 || k != 0 {
+		return d.makeRecord(n, k, noSalt, 0)
+	}
+	rec := d.makeRecord(n, k, rng.IntN(o.saltHotKey), d.hotSeq)
+	d.hotSeq++
+	return rec
 }
 
+// SaltSeparator joins the hot key and its salt in a salted record's key.
+const SaltSeparator = "#"
+
 // makeRecord makes record number n for entity key-k: the entity header
-// always, and the Kafka key too with --keys on.
-func (d *daemon) makeRecord(n int64, k int) *producer.Record {
+// always, and the Kafka key too with --keys on. A salt other than noSalt
+// makes the key key-k#salt and adds the salt and key_seq headers.
+func (d *daemon) makeRecord(n int64, k, salt int, keySeq int64) *producer.Record {
 	o := d.o
 	id := d.idPrefix + strconv.FormatInt(n, 10)
 	entity := []byte("key-" + strconv.Itoa(k))
@@ -403,14 +451,18 @@ func (d *daemon) makeRecord(n int64, k int) *producer.Record {
 	for i := c; i < len(value); i++ {
 		value[i] = '.'
 	}
-	return &producer.Record{
-		Key: key, Value: value, Tag: n,
-		Headers: []*tapesv1.Header{
-			{Key: producer.EventIDHeader, Value: []byte(id)},
-			{Key: producer.SchemaVersionHeader, Value: []byte("1")},
-			{Key: producer.EntityHeader, Value: entity},
-		},
+	headers := []*tapesv1.Header{
+		{Key: producer.EventIDHeader, Value: []byte(id)},
+		{Key: producer.SchemaVersionHeader, Value: []byte("1")},
+		{Key: producer.EntityHeader, Value: entity},
 	}
+	if salt != noSalt {
+		key = []byte(string(entity) + SaltSeparator + strconv.Itoa(salt))
+		headers = append(headers,
+			&tapesv1.Header{Key: producer.SaltHeader, Value: []byte(strconv.Itoa(salt))},
+			&tapesv1.Header{Key: producer.KeySeqHeader, Value: []byte(strconv.FormatInt(keySeq, 10))})
+	}
+	return &producer.Record{Key: key, Value: value, Tag: n, Headers: headers}
 }
 
 // generate sends records until the count or duration is reached or a stop
@@ -432,7 +484,7 @@ func (d *daemon) generate() error {
 		defer t.Stop()
 		end = t.C
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	rng := newRecordRand(o.seed)
 	var pc pacer
 	d.mu.Lock()
 	pc.reset(d.rate, time.Now())

@@ -58,6 +58,10 @@ type action struct {
 	// reset-offsets
 	Partition *int32 `json:"partition"`
 	Offset    *int64 `json:"offset"`
+	// predict-consumers, predict-order: the learner's answer, and the
+	// number of A1-then-B1 runs
+	Answer string `json:"answer"`
+	Runs   int    `json:"runs"`
 }
 
 // actionNames lists the actions in the order errors name them.
@@ -65,7 +69,7 @@ var actionNames = []string{
 	"kill", "pause", "resume", "restart", "cut", "delay", "heal",
 	"producer-start", "producer-stop", "producer-pause", "producer-resume", "producer-rate",
 	"consumer-start", "consumer-pause", "consumer-resume", "consumer-crash", "consumer-stop",
-	"reset-offsets", "experiment-run",
+	"reset-offsets", "experiment-run", "predict-consumers", "predict-order",
 }
 
 // processName is what a process the page starts may be called (it is also
@@ -168,6 +172,8 @@ func (a *action) validate() error {
 			return errors.New(`need "offset" 0 or more`)
 		}
 		return nil
+	case "predict-consumers", "predict-order":
+		return a.validatePredict()
 	case "experiment-run":
 		if a.Name == "" {
 			return fmt.Errorf(`missing "name" (one of %s)`, strings.Join(experimentNames(), ", "))

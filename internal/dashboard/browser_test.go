@@ -7,7 +7,8 @@ package dashboard_test
 // `cluster up --demo` (the page refused under a rebinding name and unable
 // to act without the token, then opened through the printed token URL: 3
 // brokers, a producer and two consumers started from the page, a consumer
-// crashed and a partition leader killed from the page).
+// crashed and a partition leader killed from the page, and the "Test
+// yourself" panel's first prediction run: 6 active members and 2 idle).
 // Both skip when no Chromium or Chrome is installed (.ci/run installs
 // Debian's chromium). Each step saves a screenshot under the test's
 // temporary directory, or under $TAPES_BROWSER_SCREENSHOTS when set (kept).
@@ -680,5 +681,20 @@ func TestBrowserLiveCluster(t *testing.T) {
 	  return [...document.querySelectorAll('#timeline li[data-kind="leader"]')].some(li => li.textContent.includes('orders-0') && li.textContent.includes('epoch ' + epoch));
 	})()`, 20*time.Second)
 	p.shot("new-leader")
+
+	// 5. Test yourself: the first prediction answered and run on the
+	// cluster: eight consumers join one group on six partitions, and the
+	// group's real state shows six active and two idle.
+	p.click(`#predict-consumers-form input[name=answer][value="6"]`)
+	p.click(`#predict button[data-action="predict-consumers"]`)
+	p.wait("group predict-six stable with 8 members: 6 active, 2 idle", `(() => {
+	  const b = document.querySelector('#predict-consumers-result');
+	  return b.dataset.settled === '1' && b.dataset.members === '8' && b.dataset.active === '6' && b.dataset.idle === '2';
+	})()`, 120*time.Second)
+	if v := evalJS[string](p, `document.querySelector('#predict-consumers-result .verdict').textContent`); !strings.HasPrefix(v, "Right") {
+		t.Errorf("the answer 6 is judged %q", v)
+	}
+	t.Logf("predict-six: %s", evalJS[string](p, `document.querySelector('#predict-consumers-result').textContent`))
+	p.shot("predict-six")
 	p.checkClean()
 }

@@ -199,6 +199,14 @@ func TestLiveCluster(t *testing.T) {
 		return len(s.Groups) == 1 && s.Groups[0].Committed["orders"][0] == 0
 	})
 
+	// The second prediction: A1 then B1, three times, each run's order from
+	// the consumers' histories.
+	msg = mustOK(t, base, token, map[string]any{"action": "predict-order", "answer": "A1", "runs": 3})
+	if !strings.Contains(msg, "you predicted A1 first; A1 was processed first in ") || strings.Count(msg, ": A1 then B1")+strings.Count(msg, ": B1 then A1") != 3 {
+		t.Fatalf("predict-order: %q", msg)
+	}
+	t.Logf("predict-order: %s", msg)
+
 	mustOK(t, base, token, map[string]any{"action": "producer-stop", "name": "producer-1"})
 	waitState(t, base, "producer-1 stopped", 20*time.Second, func(s *Snapshot) bool {
 		return len(s.Producers) == 1 && s.Producers[0].State == "stopped"

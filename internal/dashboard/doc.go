@@ -140,6 +140,17 @@
 //	consumer-pause|consumer-resume|consumer-crash|consumer-stop {name}
 //	reset-offsets  {group, topic, partition, offset}   refused while the group has members
 //	experiment-run {name}             `chaos run NAME --out DIR/runs/NAME-TIME`, one at a time
+//	predict-consumers {answer: "0".."8"}  topic predict-six (6 partitions) and 8 consumers in group predict-six
+//	predict-order  {answer: "A1"|"B1"|"either", runs=5 (1-20)}  A1 then B1 to predict-order's 2 partitions, runs times
+//
+// The two predict actions are the "Test yourself" panel (predict.go):
+// predict-consumers starts the group's missing consumers and answers at
+// once; the panel then shows group predict-six's members from the
+// snapshot, active (owning a partition) or idle. predict-order starts two
+// consumers (30 ms per record) in group predict-order, waits until each
+// owns a partition, and per run writes a few other records ahead of A1 and
+// B1, then A1 (acknowledged) and B1, and answers with each run's
+// processing order read from the two consumers' histories.
 //
 // producer-start runs producerd under the launcher (name: the first free
 // producer-N) with --control-listen 127.0.0.1:0 and --history

@@ -97,6 +97,10 @@ func (s *Server) execute(ctx context.Context, a *action) (string, error) {
 		return col.consumerControl(ctx, a)
 	case "reset-offsets":
 		return s.resetOffsets(ctx, a)
+	case "predict-consumers":
+		return s.predictConsumers(ctx, a)
+	case "predict-order":
+		return s.predictOrder(ctx, a)
 	case "experiment-run":
 		out, err := col.runs.start(a.Name)
 		if err != nil {

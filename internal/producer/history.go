@@ -40,6 +40,10 @@ type HistoryLine struct {
 	SentAt time.Time `json:"sent_at"`
 	// AckedAt is when the acknowledgement arrived; null when failed.
 	AckedAt *time.Time `json:"acked_at"`
+	// Salt and KeySeq are the record's salt and key_seq headers (producerd
+	// --salt-hot-key), absent from the line when the record has none.
+	Salt   *int64 `json:"salt,omitempty"`
+	KeySeq *int64 `json:"key_seq,omitempty"`
 }
 
 // History status values.
@@ -179,6 +183,18 @@ func (h *History) appendLine(buf []byte, res *Result, i int, r *Record) []byte {
 	} else {
 		buf = append(buf, "null"...)
 	}
+	for _, h := range r.Headers {
+		if h.Key != SaltHeader && h.Key != KeySeqHeader {
+			continue
+		}
+		// Written as numbers when they are (producerd's always are).
+		if n, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
+			buf = append(buf, ',', '"')
+			buf = append(buf, h.Key...)
+			buf = append(buf, '"', ':')
+			buf = strconv.AppendInt(buf, n, 10)
+		}
+	}
 	return append(buf, "}\n"...)
 }
 
@@ -215,6 +231,12 @@ const (
 	EventIDHeader       = "event_id"
 	SchemaVersionHeader = "schema_version"
 	EntityHeader        = "entity"
+	// SaltHeader and KeySeqHeader are on the records of a salted hot key
+	// only (producerd --salt-hot-key): the suffix its key got, and the
+	// record's place, from 0, among the producer run's records of that
+	// entity, by which a consumer can restore their order.
+	SaltHeader   = "salt"
+	KeySeqHeader = "key_seq"
 )
 
 func eventID(r *Record) []byte {

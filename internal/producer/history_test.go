@@ -128,3 +128,28 @@ func TestPerfStatsLinesHaveKafkasShape(t *testing.T) {
 		t.Fatalf("p99 = %v", sum.P99)
 	}
 }
+
+func TestHistoryLineOfASaltedRecordCarriesItsSaltAndKeySeq(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.jsonl")
+	h, err := CreateHistory(path, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := rec("p-9", "key-0#4", "v", sent)
+	r.Headers = append(r.Headers, &tapesv1.Header{Key: SaltHeader, Value: []byte("4")}, &tapesv1.Header{Key: KeySeqHeader, Value: []byte("17")})
+	h.Write(&Result{Partition: 1, BaseOffset: 3, Attempts: 1, Done: sent, Records: []*Record{r, rec("p-10", "key-2", "w", sent)}})
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadHistoryFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Salt == nil || *got[0].Salt != 4 || got[0].KeySeq == nil || *got[0].KeySeq != 17 {
+		t.Fatalf("salted line: %+v", got)
+	}
+	if got[1].Salt != nil || got[1].KeySeq != nil {
+		t.Fatalf("unsalted line has salt %v key_seq %v", got[1].Salt, got[1].KeySeq)
+	}
+}

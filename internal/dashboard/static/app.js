@@ -726,6 +726,59 @@
     placeholder(runs, rs, 'None yet.');
   }
 
+  // ---------- test yourself ----------
+  // predictAnswers are the answers sent with "run it", by prediction.
+  const predictAnswers = {};
+  function checkedAnswer(form) {
+    const r = $('input[name=answer]:checked', form);
+    return r ? r.value : '';
+  }
+  // The group of eight on six partitions, from the group's real state.
+  function renderPredict(s) {
+    const box = $('#predict-consumers-result');
+    const g = arr(s.groups).map(obj).find((x) => str(x.group) === 'predict-six');
+    if (!g) {
+      setText(box, predictAnswers.consumers !== undefined ? 'waiting for group predict-six …' : '');
+      return;
+    }
+    const members = arr(g.members).map(obj).sort((a, b) => byName(a.clientId, b.clientId));
+    const active = members.filter((m) => arr(m.partitions).length > 0);
+    const idle = members.length - active.length;
+    setData(box, 'members', String(members.length));
+    setData(box, 'active', String(active.length));
+    setData(box, 'idle', String(idle));
+    setData(box, 'state', str(g.state));
+    let verdict = '';
+    const settled = str(g.state) === 'Stable' && members.length === 8;
+    if (settled && predictAnswers.consumers !== undefined) {
+      const right = Number(predictAnswers.consumers) === active.length;
+      verdict = (right ? 'Right: ' : 'You said ' + predictAnswers.consumers + '. ') +
+        'a partition goes to one member of the group, so six partitions keep at most six members busy; the other ' + idle + ' wait, idle, until one leaves.';
+    }
+    box.replaceChildren(
+      el('p', { class: 'summary', text: 'group predict-six (' + str(g.state) + ', generation ' + str(g.generation) + '): ' + members.length + ' members, ' + active.length + ' active, ' + idle + ' idle' }),
+      el('ul', { class: 'members' }, ...members.map((m) => el('li', { class: arr(m.partitions).length ? 'active' : 'idle',
+        text: str(m.clientId) + ': ' + (arr(m.partitions).length ? 'partitions ' + arr(m.partitions).join(', ') : 'idle') }))),
+      el('p', { class: 'verdict', text: verdict }));
+    if (!settled) setData(box, 'settled', null);
+    else setData(box, 'settled', '1');
+  }
+  async function runOrderPrediction(b) {
+    const answer = checkedAnswer($('#predict-order-form'));
+    if (!answer) return toast('error', 'predict-order: pick an answer first');
+    const box = $('#predict-order-result');
+    setText(box, 'writing A1, then B1, five times …');
+    const r = await act({ action: 'predict-order', answer, runs: 5 }, b);
+    if (!r.ok) {
+      setText(box, 'refused: ' + r.error);
+      return;
+    }
+    const m = /\((run .*)\)\./.exec(r.message);
+    const runs = m ? m[1].split('; ') : [];
+    box.replaceChildren(el('p', { class: 'summary', text: r.message }), el('ol', { class: 'runs' }, ...runs.map((t) => el('li', { text: t }))));
+    setData(box, 'runs', String(runs.length));
+  }
+
   // ---------- header and selects ----------
   function renderHeader(s) {
     setText($('#cluster-dir'), s.dir ? str(s.dir) : '');
@@ -743,7 +796,7 @@
     renderQueued = false;
     lastRenderAt = Date.now();
     const s = snap;
-    const parts = [renderHeader, renderBrokers, renderTapes, renderProducers, renderConsumers, renderApplication, renderDescribe, renderLinks, renderExperiments];
+    const parts = [renderHeader, renderBrokers, renderTapes, renderProducers, renderConsumers, renderPredict, renderApplication, renderDescribe, renderLinks, renderExperiments];
     for (const f of parts) {
       try {
         f(s);
@@ -973,6 +1026,16 @@
       case 'heal':
         payload = { action: a };
         break;
+      case 'predict-consumers': {
+        const answer = checkedAnswer($('#predict-consumers-form'));
+        if (!answer) return toast('error', 'predict-consumers: pick an answer first');
+        predictAnswers.consumers = answer;
+        payload = { action: a, answer };
+        break;
+      }
+      case 'predict-order':
+        runOrderPrediction(b);
+        return;
       default:
         payload = { action: a };
         if (b.dataset.name) payload.name = b.dataset.name;
