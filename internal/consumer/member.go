@@ -195,9 +195,9 @@ func (c *Consumer) assign(ctx context.Context, resp *tapesv1.JoinGroupResponse) 
 	if err != nil {
 		return nil, err
 	}
-	subs, versions, err := decodeMembers(resp.Members)
-	if err != nil {
-		return nil, err
+	subs, versions, undecodable := decodeMembers(resp.Members)
+	for id, err := range undecodable {
+		c.log.Warn("member metadata does not decode as Kafka's consumer protocol: the member gets no partitions", "member", id, "err", err)
 	}
 	topics := map[string]int32{}
 	for _, s := range subs {
@@ -223,20 +223,27 @@ func (c *Consumer) assign(ctx context.Context, resp *tapesv1.JoinGroupResponse) 
 }
 
 // decodeMembers decodes the members' metadata of a JoinGroup answer into
-// the assignor's input, with each member's subscription version.
-func decodeMembers(members []*tapesv1.JoinGroupMember) ([]assign.Subscription, map[assign.MemberID]int16, error) {
-	subs := make([]assign.Subscription, 0, len(members))
-	versions := make(map[assign.MemberID]int16, len(members))
+// the assignor's input, with each member's subscription version. A member
+// whose metadata does not decode is in undecodable and subscribes to
+// nothing (it gets an empty assignment, so one broken client does not stop
+// the group's rebalance).
+func decodeMembers(members []*tapesv1.JoinGroupMember) (subs []assign.Subscription, versions map[assign.MemberID]int16, undecodable map[assign.MemberID]error) {
+	subs = make([]assign.Subscription, 0, len(members))
+	versions = make(map[assign.MemberID]int16, len(members))
 	for _, m := range members {
+		id := assign.MemberID(m.MemberId)
 		s, err := consumerproto.DecodeSubscription(m.Metadata)
 		if err != nil {
-			return nil, nil, fmt.Errorf("member %s (client %s): %w", m.MemberId, m.ClientId, err)
+			if undecodable == nil {
+				undecodable = map[assign.MemberID]error{}
+			}
+			undecodable[id] = fmt.Errorf("client %s: %w", m.ClientId, err)
+			s = consumerproto.Subscription{Generation: -1}
 		}
-		id := assign.MemberID(m.MemberId)
 		subs = append(subs, assign.Subscription{Member: id, Topics: s.Topics, Owned: s.Owned, Generation: s.Generation})
 		versions[id] = s.Version
 	}
-	return subs, versions, nil
+	return subs, versions, undecodable
 }
 
 // encodeAssignments encodes the assignor's result for SyncGroup.
