@@ -259,3 +259,24 @@ func TestLoadsTypedFormatRecord(t *testing.T) {
 		t.Fatalf("reloaded %+v %v", d, err)
 	}
 }
+
+// TestJoinWithAssignedMemberID: a join without member id that asks for one
+// (Kafka's JoinGroup v0-v3, before KIP-394) joins at once and learns its id
+// from the answer; without asking it gets MEMBER_ID_REQUIRED.
+func TestJoinWithAssignedMemberID(t *testing.T) {
+	e := newEnv(t, &memLog{term: 1})
+	req := joinReq("")
+	req.AssignMemberId = true
+	resp, err := e.c.JoinGroup(ctx(t), req, "h")
+	if err != nil || resp.MemberId == "" || resp.LeaderId != resp.MemberId || resp.GenerationId != 1 || len(resp.Members) != 1 {
+		t.Fatalf("join: %+v %v; want generation 1 led by the new member", resp, err)
+	}
+	if _, err := e.sync(resp.MemberId, 1, map[string][]int32{resp.MemberId: {0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.heartbeat(resp.MemberId, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.c.JoinGroup(ctx(t), joinReq(""), "h")
+	wantCode(t, err, kerr.MemberIDRequired)
+}

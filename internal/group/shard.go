@@ -199,15 +199,17 @@ func (s *shard) join(req *tapesv1.JoinGroupRequest, host string, session, rebala
 		return nil, nil, kerr.New(kerr.InconsistentGroupProtocol, "group %s (protocol type %q, protocol %q) has no protocol every member supports among the member's %s",
 			g.id, g.protocolType, g.protocol, protocolNames(req.Protocols))
 	}
-	if req.MemberId == "" {
+	m, known := g.members[req.MemberId]
+	switch {
+	case req.MemberId == "" && !req.AssignMemberId:
 		id := newMemberID(req.ClientId)
 		g.pending[id] = now.Add(session)
 		e := kerr.New(kerr.MemberIDRequired, "join group %s again with member id %s", g.id, id)
 		e.Detail.MemberId = id
 		return nil, nil, e
-	}
-	m, known := g.members[req.MemberId]
-	if !known {
+	case req.MemberId == "": // Kafka's JoinGroup v0-v3: joins at once
+		m = &member{id: newMemberID(req.ClientId)}
+	case !known:
 		if _, ok := g.pending[req.MemberId]; !ok {
 			return nil, nil, kerr.New(kerr.UnknownMemberID, "member %s is not in group %s (generation %d)", req.MemberId, g.id, g.generation)
 		}

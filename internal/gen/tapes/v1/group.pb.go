@@ -335,8 +335,13 @@ type JoinGroupRequest struct {
 	// How long the coordinator waits for every member to rejoin (Kafka's
 	// consumers send max.poll.interval.ms).
 	RebalanceTimeoutMs int32 `protobuf:"varint,7,opt,name=rebalance_timeout_ms,json=rebalanceTimeoutMs,proto3" json:"rebalance_timeout_ms,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Kafka's JoinGroup v0-v3 (before KIP-394): a join without member id is
+	// given one and joins at once, learning it from the answer
+	// (JoinGroupResponse.member_id) instead of MEMBER_ID_REQUIRED. For the
+	// Kafka front end; tapes' own clients leave it unset.
+	AssignMemberId bool `protobuf:"varint,8,opt,name=assign_member_id,json=assignMemberId,proto3" json:"assign_member_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JoinGroupRequest) Reset() {
@@ -416,6 +421,13 @@ func (x *JoinGroupRequest) GetRebalanceTimeoutMs() int32 {
 		return x.RebalanceTimeoutMs
 	}
 	return 0
+}
+
+func (x *JoinGroupRequest) GetAssignMemberId() bool {
+	if x != nil {
+		return x.AssignMemberId
+	}
+	return false
 }
 
 type JoinGroupMember struct {
@@ -2003,7 +2015,7 @@ const file_tapes_v1_group_proto_rawDesc = "" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\"W\n" +
 	"\x11JoinGroupProtocol\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
-	"\bmetadata\x18\x03 \x01(\fR\bmetadataJ\x04\b\x02\x10\x03R\fsubscription\"\xa7\x02\n" +
+	"\bmetadata\x18\x03 \x01(\fR\bmetadataJ\x04\b\x02\x10\x03R\fsubscription\"\xd1\x02\n" +
 	"\x10JoinGroupRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12\x1b\n" +
@@ -2011,7 +2023,8 @@ const file_tapes_v1_group_proto_rawDesc = "" +
 	"\rprotocol_type\x18\x04 \x01(\tR\fprotocolType\x129\n" +
 	"\tprotocols\x18\x05 \x03(\v2\x1b.tapes.v1.JoinGroupProtocolR\tprotocols\x12,\n" +
 	"\x12session_timeout_ms\x18\x06 \x01(\x05R\x10sessionTimeoutMs\x120\n" +
-	"\x14rebalance_timeout_ms\x18\a \x01(\x05R\x12rebalanceTimeoutMs\"\x8f\x01\n" +
+	"\x14rebalance_timeout_ms\x18\a \x01(\x05R\x12rebalanceTimeoutMs\x12(\n" +
+	"\x10assign_member_id\x18\b \x01(\bR\x0eassignMemberId\"\x8f\x01\n" +
 	"\x0fJoinGroupMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x12\n" +
