@@ -18,7 +18,9 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/tapes-dev/tapes/internal/assign"
 	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/consumerproto"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/testcluster"
@@ -133,7 +135,7 @@ func TestGroupsCommands(t *testing.T) {
 
 	ctx := cmdCtx(t)
 	join := &tapesv1.JoinGroupRequest{GroupId: "demo", ClientId: "consumer-1", ProtocolType: "consumer",
-		Protocols:        []*tapesv1.JoinGroupProtocol{{Name: "range", Subscription: &tapesv1.Subscription{Topics: []string{"orders"}, Generation: -1}}},
+		Protocols:        []*tapesv1.JoinGroupProtocol{{Name: "range", Metadata: consumerproto.EncodeSubscription(consumerproto.Subscription{Topics: []string{"orders"}, Generation: -1})}},
 		SessionTimeoutMs: 120000, RebalanceTimeoutMs: 10000}
 	_, err := cl.JoinGroup(ctx, join)
 	member, ok := client.MemberIDFrom(err)
@@ -148,7 +150,7 @@ func TestGroupsCommands(t *testing.T) {
 	gen := jr.GenerationId
 	if _, err := cl.SyncGroup(ctx, &tapesv1.SyncGroupRequest{GroupId: "demo", GenerationId: gen, MemberId: member,
 		Assignments: []*tapesv1.MemberAssignment{{MemberId: member,
-			Assignment: []*tapesv1.TopicPartitions{{Topic: "orders", Partitions: []int32{3, 0, 1}}}}}}, time.Second); err != nil {
+			Assignment: consumerproto.EncodeAssignment([]assign.TopicPartition{{Topic: "orders", Partition: 3}, {Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1}}, 3)}}}, time.Second); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 	if err := cl.OffsetCommit(ctx, &tapesv1.OffsetCommitRequest{GroupId: "demo", GenerationId: gen, MemberId: member,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/consumer"
+	"github.com/tapes-dev/tapes/internal/consumerproto"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
@@ -84,9 +85,11 @@ func waitMembers(t *testing.T, e *testcluster.Env, group string, n int) {
 		}
 		total := 0
 		for _, m := range d.Members {
-			for _, a := range m.Assignment {
-				total += len(a.Partitions)
+			a, err := consumerproto.DecodeAssignment(m.Assignment)
+			if err != nil {
+				t.Fatalf("member %s: %v", m.MemberId, err)
 			}
+			total += len(a.Partitions)
 		}
 		return total == 12
 	})

@@ -135,8 +135,9 @@ func (c *Client) JoinGroup(ctx context.Context, req *tapesv1.JoinGroupRequest) (
 }
 
 // SyncGroup sends a SyncGroup; wait bounds how long a follower waits for
-// the leader's assignment beyond the request timeout.
-func (c *Client) SyncGroup(ctx context.Context, req *tapesv1.SyncGroupRequest, wait time.Duration) ([]*tapesv1.TopicPartitions, error) {
+// the leader's assignment beyond the request timeout. It returns the
+// member's assignment as the leader encoded it (opaque to the coordinator).
+func (c *Client) SyncGroup(ctx context.Context, req *tapesv1.SyncGroupRequest, wait time.Duration) ([]byte, error) {
 	var resp *tapesv1.SyncGroupResponse
 	err := c.coordinatorCall(ctx, "sync", req.GroupId, wait, func(ctx context.Context, gc tapesv1.GroupServiceClient) (err error) {
 		resp, err = gc.SyncGroup(ctx, req)

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tapes-dev/tapes/internal/assign"
+	"github.com/tapes-dev/tapes/internal/consumerproto"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 )
 
@@ -29,5 +31,35 @@ func TestAssignment(t *testing.T) {
 	}
 	if got := Assignment(nil); got != "-" {
 		t.Fatalf("Assignment(nil) = %q", got)
+	}
+}
+
+// TestMemberAssignmentCells: a consumer group's assignment bytes (Kafka's
+// consumer protocol, from whichever client led) decode for display; another
+// protocol type's, or undecodable bytes, say what they are.
+func TestMemberAssignmentCells(t *testing.T) {
+	consumer := &tapesv1.GroupDescription{GroupId: "g", ProtocolType: "consumer"}
+	encoded := consumerproto.EncodeAssignment([]assign.TopicPartition{{Topic: "pay", Partition: 2}, {Topic: "orders", Partition: 1}, {Topic: "orders", Partition: 0}}, 1)
+	connect := &tapesv1.GroupDescription{GroupId: "c", ProtocolType: "connect"}
+	for _, c := range []struct {
+		d           *tapesv1.GroupDescription
+		assignment  []byte
+		count, cell string
+	}{
+		{consumer, encoded, "3", "orders(0,1),pay(2)"},
+		{consumer, nil, "0", "-"},
+		{consumer, []byte{0, 1, 0, 0}, "?", "(4 undecodable bytes)"},
+		{connect, []byte("{}"), "-", "(2 bytes, protocol type connect)"},
+		{connect, nil, "0", "-"},
+	} {
+		m := &tapesv1.GroupMember{MemberId: "m", Assignment: c.assignment}
+		if count, cell := PartitionCountCell(c.d, m), AssignmentCell(c.d, m); count != c.count || cell != c.cell {
+			t.Errorf("%s %x: %q %q, want %q %q", c.d.ProtocolType, c.assignment, count, cell, c.count, c.cell)
+		}
+	}
+	d := &tapesv1.GroupDescription{GroupId: "g", ProtocolType: "consumer", Members: []*tapesv1.GroupMember{{MemberId: "m", Assignment: encoded}}}
+	g := NewGroupOffsets(d, nil)
+	if r := g.rows[TP{"orders", 1}]; r == nil || r.Owner.GetMemberId() != "m" || len(g.rows) != 3 {
+		t.Fatalf("offset rows %v", g.rows)
 	}
 }

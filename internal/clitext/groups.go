@@ -1,6 +1,7 @@
 package clitext
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tapes-dev/tapes/internal/consumerproto"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 )
 
@@ -84,6 +86,65 @@ func CountPartitions(tps []*tapesv1.TopicPartitions) int {
 	return n
 }
 
+// ErrOpaqueAssignment: a member's assignment is not in Kafka's consumer
+// protocol (its group's protocol type is not "consumer"), so it cannot be
+// shown as partitions. Returned by MemberPartitions.
+var ErrOpaqueAssignment = errors.New("assignment of a protocol type other than consumer")
+
+// MemberPartitions decodes m's assignment (as its group's leader encoded
+// it; the coordinator keeps it as bytes) for display: under protocol type
+// "consumer", Kafka's ConsumerProtocolAssignment of any version, whichever
+// client led the group. ErrOpaqueAssignment for another protocol type; an
+// empty assignment is no partitions.
+func MemberPartitions(d *tapesv1.GroupDescription, m *tapesv1.GroupMember) ([]*tapesv1.TopicPartitions, error) {
+	if len(m.GetAssignment()) == 0 {
+		return nil, nil
+	}
+	if d.GetProtocolType() != consumerproto.ProtocolType {
+		return nil, fmt.Errorf("%w: %q", ErrOpaqueAssignment, d.GetProtocolType())
+	}
+	a, err := consumerproto.DecodeAssignment(m.GetAssignment())
+	if err != nil {
+		return nil, fmt.Errorf("member %s: %w", m.GetMemberId(), err)
+	}
+	var out []*tapesv1.TopicPartitions
+	for _, tp := range a.Partitions {
+		if len(out) == 0 || out[len(out)-1].Topic != tp.Topic {
+			out = append(out, &tapesv1.TopicPartitions{Topic: tp.Topic})
+		}
+		last := out[len(out)-1]
+		last.Partitions = append(last.Partitions, tp.Partition)
+	}
+	return out, nil
+}
+
+// AssignmentCell prints m's assignment for the ASSIGNMENT column: as
+// Assignment does when it decodes; "(N bytes, protocol type T)" for a
+// group that is not a consumer group; "(N undecodable bytes)" otherwise.
+func AssignmentCell(d *tapesv1.GroupDescription, m *tapesv1.GroupMember) string {
+	tps, err := MemberPartitions(d, m)
+	switch {
+	case err == nil:
+		return Assignment(tps)
+	case errors.Is(err, ErrOpaqueAssignment):
+		return fmt.Sprintf("(%d bytes, protocol type %s)", len(m.GetAssignment()), Cell(d.GetProtocolType()))
+	}
+	return fmt.Sprintf("(%d undecodable bytes)", len(m.GetAssignment()))
+}
+
+// PartitionCountCell prints the #PARTITIONS cell of m: the count, "-" when
+// the assignment is not a consumer group's, "?" when it does not decode.
+func PartitionCountCell(d *tapesv1.GroupDescription, m *tapesv1.GroupMember) string {
+	tps, err := MemberPartitions(d, m)
+	switch {
+	case err == nil:
+		return strconv.Itoa(CountPartitions(tps))
+	case errors.Is(err, ErrOpaqueAssignment):
+		return "-"
+	}
+	return "?"
+}
+
 // MembersSummary describes a group's members for refusals: "2 active
 // members (state Stable)".
 func MembersSummary(d *tapesv1.GroupDescription) string {
@@ -128,7 +189,7 @@ func WriteGroupMembers(w io.Writer, d *tapesv1.GroupDescription) error {
 	Row(tw, "GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT")
 	for _, m := range ms {
 		Row(tw, d.GetGroupId(), m.GetMemberId(), Cell(m.GetHost()), Cell(m.GetClientId()),
-			strconv.Itoa(CountPartitions(m.GetAssignment())), Assignment(m.GetAssignment()))
+			PartitionCountCell(d, m), AssignmentCell(d, m))
 	}
 	return tw.Flush()
 }
@@ -199,7 +260,8 @@ func NewGroupOffsets(d *tapesv1.GroupDescription, committed []*tapesv1.Committed
 		g.topics[co.GetTopic()] = true
 	}
 	for _, m := range d.GetMembers() {
-		for _, tps := range m.GetAssignment() {
+		owned, _ := MemberPartitions(d, m) // an undecodable assignment owns no row (the --members table shows it)
+		for _, tps := range owned {
 			for _, p := range tps.GetPartitions() {
 				g.get(TP{tps.GetTopic(), p}).Owner = m
 				g.topics[tps.GetTopic()] = true

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/assign"
 	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/consumerproto"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
@@ -116,14 +117,7 @@ func (c *Consumer) setState(s string) {
 // stops), then posts it.
 func (c *Consumer) rebalance(ctx context.Context, req joinRequest) {
 	c.setState("rebalancing")
-	sub := &tapesv1.Subscription{Topics: []string{c.cfg.Topic}, Generation: req.generation}
-	if len(req.owned) > 0 {
-		tp := &tapesv1.TopicPartitions{Topic: c.cfg.Topic}
-		for _, o := range sortedTPs(req.owned) {
-			tp.Partitions = append(tp.Partitions, o.Partition)
-		}
-		sub.Owned = []*tapesv1.TopicPartitions{tp}
-	}
+	metadata := c.subscription(req)
 	// Failed joins and assignments are retried with a growing backoff (to
 	// one second, below any session timeout, as the leader heartbeats
 	// nothing meanwhile); an assignment that keeps failing (a topic that
@@ -131,8 +125,8 @@ func (c *Consumer) rebalance(ctx context.Context, req joinRequest) {
 	bo := client.NewBackoff(100*time.Millisecond, time.Second)
 	for ctx.Err() == nil {
 		member, _ := c.Membership()
-		join := &tapesv1.JoinGroupRequest{GroupId: c.cfg.Group, MemberId: member, ClientId: c.cfg.ClientID, ProtocolType: "consumer",
-			Protocols:          []*tapesv1.JoinGroupProtocol{{Name: c.assignor.Name(), Subscription: sub}},
+		join := &tapesv1.JoinGroupRequest{GroupId: c.cfg.Group, MemberId: member, ClientId: c.cfg.ClientID, ProtocolType: consumerproto.ProtocolType,
+			Protocols:          []*tapesv1.JoinGroupProtocol{{Name: c.assignor.Name(), Metadata: metadata}},
 			SessionTimeoutMs:   int32(c.cfg.SessionTimeout / time.Millisecond),
 			RebalanceTimeoutMs: int32(c.cfg.MaxPollInterval / time.Millisecond)}
 		resp, err := c.cl.JoinGroup(ctx, join)
@@ -163,7 +157,8 @@ func (c *Consumer) rebalance(ctx context.Context, req joinRequest) {
 				continue
 			}
 		}
-		got, err := c.cl.SyncGroup(ctx, &tapesv1.SyncGroupRequest{GroupId: c.cfg.Group, GenerationId: resp.GenerationId, MemberId: resp.MemberId, Assignments: assignments},
+		got, err := c.cl.SyncGroup(ctx, &tapesv1.SyncGroupRequest{GroupId: c.cfg.Group, GenerationId: resp.GenerationId, MemberId: resp.MemberId, Assignments: assignments,
+			ProtocolType: consumerproto.ProtocolType, ProtocolName: resp.ProtocolName},
 			c.cfg.SessionTimeout)
 		if err != nil {
 			if kerr.Is(err, kerr.UnknownMemberID) {
@@ -172,13 +167,13 @@ func (c *Consumer) rebalance(ctx context.Context, req joinRequest) {
 			c.log.Info("sync failed, rejoining", "generation", resp.GenerationId, "err", err)
 			continue
 		}
-		var tps []TopicPartition
-		for _, t := range got {
-			for _, p := range t.Partitions {
-				tps = append(tps, TopicPartition{Topic: t.Topic, Partition: p})
-			}
+		decoded, err := consumerproto.DecodeAssignment(got)
+		if err != nil {
+			c.log.Warn("undecodable assignment from the leader; rejoining", "generation", resp.GenerationId, "leader", resp.LeaderId, "err", err)
+			_ = bo.Wait(ctx)
+			continue
 		}
-		assign.SortPartitions(tps)
+		tps := decoded.Partitions
 		c.setMembership(resp.MemberId, resp.GenerationId, resp.LeaderId, "stable")
 		c.log.Info("assigned", "member", resp.MemberId, "generation", resp.GenerationId, "leader", resp.LeaderId == resp.MemberId, "partitions", fmt.Sprint(tps))
 		c.post(event{kind: evAssigned, generation: resp.GenerationId, assigned: tps})
@@ -186,25 +181,37 @@ func (c *Consumer) rebalance(ctx context.Context, req joinRequest) {
 	}
 }
 
-// assign computes the group's assignment as its leader.
+// subscription encodes the member's metadata for its JoinGroup: Kafka's
+// ConsumerProtocolSubscription v3 with the partitions it owns and the
+// generation it got them in (KIP-429), and under cooperative-sticky the
+// user data Java's CooperativeStickyAssignor sends (the generation), for
+// leaders that read it from there.
+func (c *Consumer) subscription(req joinRequest) []byte {
+	s := consumerproto.Subscription{Topics: []string{c.cfg.Topic}, Owned: sortedTPs(req.owned), Generation: req.generation}
+	if c.assignor.Name() == assign.CooperativeStickyName {
+		s.UserData = consumerproto.CooperativeUserData(req.generation)
+	}
+	return consumerproto.EncodeSubscription(s)
+}
+
+// assign computes the group's assignment as its leader: every member's
+// metadata is decoded (whichever client sent it, versions 0-3), the
+// assignor runs, and each member's part is encoded at the version of its
+// subscription.
 func (c *Consumer) assign(ctx context.Context, resp *tapesv1.JoinGroupResponse) ([]*tapesv1.MemberAssignment, error) {
 	a, err := assign.ByName(resp.ProtocolName)
 	if err != nil {
 		return nil, err
 	}
-	var subs []assign.Subscription
+	subs, versions, undecodable := decodeMembers(resp.Members)
+	for id, err := range undecodable {
+		c.log.Warn("member metadata does not decode as Kafka's consumer protocol: the member gets no partitions", "member", id, "err", err)
+	}
 	topics := map[string]int32{}
-	for _, m := range resp.Members {
-		s := assign.Subscription{Member: assign.MemberID(m.MemberId), Topics: m.Subscription.GetTopics(), Generation: m.Subscription.GetGeneration()}
-		for _, o := range m.Subscription.GetOwned() {
-			for _, p := range o.Partitions {
-				s.Owned = append(s.Owned, TopicPartition{Topic: o.Topic, Partition: p})
-			}
-		}
+	for _, s := range subs {
 		for _, t := range s.Topics {
 			topics[t] = 0
 		}
-		subs = append(subs, s)
 	}
 	if err := c.cl.RefreshMetadata(ctx); err != nil {
 		return nil, err
@@ -220,22 +227,40 @@ func (c *Consumer) assign(ctx context.Context, resp *tapesv1.JoinGroupResponse) 
 	if err != nil {
 		return nil, err
 	}
-	var res []*tapesv1.MemberAssignment
-	for m, tps := range out {
-		ma := &tapesv1.MemberAssignment{MemberId: string(m)}
-		byTopic := map[string]*tapesv1.TopicPartitions{}
-		for _, tp := range tps {
-			t := byTopic[tp.Topic]
-			if t == nil {
-				t = &tapesv1.TopicPartitions{Topic: tp.Topic}
-				byTopic[tp.Topic] = t
-				ma.Assignment = append(ma.Assignment, t)
+	return encodeAssignments(out, versions), nil
+}
+
+// decodeMembers decodes the members' metadata of a JoinGroup answer into
+// the assignor's input, with each member's subscription version. A member
+// whose metadata does not decode is in undecodable and subscribes to
+// nothing (it gets an empty assignment, so one broken client does not stop
+// the group's rebalance).
+func decodeMembers(members []*tapesv1.JoinGroupMember) (subs []assign.Subscription, versions map[assign.MemberID]int16, undecodable map[assign.MemberID]error) {
+	subs = make([]assign.Subscription, 0, len(members))
+	versions = make(map[assign.MemberID]int16, len(members))
+	for _, m := range members {
+		id := assign.MemberID(m.MemberId)
+		s, err := consumerproto.DecodeSubscription(m.Metadata)
+		if err != nil {
+			if undecodable == nil {
+				undecodable = map[assign.MemberID]error{}
 			}
-			t.Partitions = append(t.Partitions, tp.Partition)
+			undecodable[id] = fmt.Errorf("client %s: %w", m.ClientId, err)
+			s = consumerproto.Subscription{Generation: -1}
 		}
-		res = append(res, ma)
+		subs = append(subs, assign.Subscription{Member: id, Topics: s.Topics, Owned: s.Owned, Generation: s.Generation})
+		versions[id] = s.Version
 	}
-	return res, nil
+	return subs, versions, undecodable
+}
+
+// encodeAssignments encodes the assignor's result for SyncGroup.
+func encodeAssignments(out assign.Assignment, versions map[assign.MemberID]int16) []*tapesv1.MemberAssignment {
+	res := make([]*tapesv1.MemberAssignment, 0, len(out))
+	for m, tps := range out {
+		res = append(res, &tapesv1.MemberAssignment{MemberId: string(m), Assignment: consumerproto.EncodeAssignment(tps, versions[m])})
+	}
+	return res
 }
 
 func sleep(ctx context.Context, d time.Duration) {

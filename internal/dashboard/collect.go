@@ -615,8 +615,9 @@ func toGroup(d *tapesv1.GroupDescription, committed []*tapesv1.CommittedOffset, 
 		Coordinator: d.GetCoordinatorId(), Members: []GroupMember{}, Committed: map[string]map[int32]int64{}}
 	for _, m := range d.GetMembers() {
 		gm := GroupMember{MemberID: m.GetMemberId(), ClientID: m.GetClientId(), Host: m.GetHost(),
-			Partitions: []int32{}, Assignment: clitext.Assignment(m.GetAssignment())}
-		for _, tp := range m.GetAssignment() {
+			Partitions: []int32{}, Assignment: clitext.AssignmentCell(d, m)}
+		owned, _ := clitext.MemberPartitions(d, m) // an undecodable assignment: no partitions, and the cell says so
+		for _, tp := range owned {
 			gm.Partitions = append(gm.Partitions, tp.GetPartitions()...)
 		}
 		slices.Sort(gm.Partitions)

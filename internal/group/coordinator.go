@@ -290,7 +290,7 @@ func (c *Coordinator) SyncGroup(ctx context.Context, req *tapesv1.SyncGroupReque
 		if out.err != nil {
 			return nil, out.err
 		}
-		return &tapesv1.SyncGroupResponse{Assignment: out.assignment}, nil
+		return &tapesv1.SyncGroupResponse{Assignment: out.assignment, ProtocolType: out.protocolType, ProtocolName: out.protocol}, nil
 	case <-ctx.Done():
 		return nil, kerr.New(kerr.RebalanceInProgress, "sync of group %s: %v before the leader's assignment; rejoin", req.GroupId, ctx.Err())
 	case <-s.done:

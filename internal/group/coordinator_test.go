@@ -2,6 +2,8 @@ package group
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -112,13 +114,15 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
+// partitionBytes stands for a member's metadata or assignment: to the
+// coordinator they are opaque bytes.
+func partitionBytes(ps []int32) []byte {
+	return fmt.Appendf(nil, "orders:%v", ps)
+}
+
 func joinReq(member string, owned ...int32) *tapesv1.JoinGroupRequest {
-	sub := &tapesv1.Subscription{Topics: []string{"orders"}, Generation: -1}
-	if len(owned) > 0 {
-		sub.Owned = []*tapesv1.TopicPartitions{{Topic: "orders", Partitions: owned}}
-	}
 	return &tapesv1.JoinGroupRequest{GroupId: "g", MemberId: member, ClientId: "c", ProtocolType: "consumer",
-		Protocols:        []*tapesv1.JoinGroupProtocol{{Name: "range", Subscription: sub}},
+		Protocols:        []*tapesv1.JoinGroupProtocol{{Name: "range", Metadata: partitionBytes(owned)}},
 		SessionTimeoutMs: 3000, RebalanceTimeoutMs: 5000}
 }
 
@@ -174,10 +178,12 @@ func wait[T any](t *testing.T, ch chan T) T {
 	return zero
 }
 
-func (e *env) sync(member string, gen int32, assignments map[string][]int32) ([]*tapesv1.TopicPartitions, error) {
+// sync sends a SyncGroup (the leader's with assignments, encoded by
+// partitionBytes) and returns the member's assignment bytes.
+func (e *env) sync(member string, gen int32, assignments map[string][]int32) ([]byte, error) {
 	req := &tapesv1.SyncGroupRequest{GroupId: "g", GenerationId: gen, MemberId: member}
 	for m, ps := range assignments {
-		req.Assignments = append(req.Assignments, &tapesv1.MemberAssignment{MemberId: m, Assignment: []*tapesv1.TopicPartitions{{Topic: "orders", Partitions: ps}}})
+		req.Assignments = append(req.Assignments, &tapesv1.MemberAssignment{MemberId: m, Assignment: partitionBytes(ps)})
 	}
 	resp, err := e.c.SyncGroup(ctx(e.t), req)
 	return resp.GetAssignment(), err
@@ -244,7 +250,7 @@ func (e *env) twoMembers() (a, b string) {
 	if ra.resp.GenerationId != 2 || rb.resp.GenerationId != 2 || ra.resp.LeaderId != a || len(ra.resp.Members) != 2 || len(rb.resp.Members) != 0 {
 		t.Fatalf("second generation: leader %+v, follower %+v", ra.resp, rb.resp)
 	}
-	done := make(chan []*tapesv1.TopicPartitions, 1)
+	done := make(chan []byte, 1)
 	go func() {
 		got, err := e.sync(b, 2, nil)
 		if err != nil {
@@ -252,10 +258,10 @@ func (e *env) twoMembers() (a, b string) {
 		}
 		done <- got
 	}()
-	if got, err := e.sync(a, 2, map[string][]int32{a: {0}, b: {1}}); err != nil || got[0].Partitions[0] != 0 {
+	if got, err := e.sync(a, 2, map[string][]int32{a: {0}, b: {1}}); err != nil || string(got) != string(partitionBytes([]int32{0})) {
 		t.Fatalf("leader's sync: %v %v", got, err)
 	}
-	if got := wait(t, done); len(got) != 1 || got[0].Partitions[0] != 1 {
+	if got := wait(t, done); string(got) != string(partitionBytes([]int32{1})) {
 		t.Fatalf("follower's assignment %v", got)
 	}
 	return a, b
@@ -368,7 +374,9 @@ func TestNewCoordinatorRebuildsFromTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, _ := e2.c.DescribeGroup(ctx(t), "g")
-	if d.GenerationId != 2 || d.State != string(Stable) || len(d.Members) != 2 || len(d.Members[0].Assignment) != 1 {
+	if d.GenerationId != 2 || d.State != string(Stable) || len(d.Members) != 2 ||
+		string(d.Members[0].Assignment) == string(d.Members[1].Assignment) ||
+		!slices.ContainsFunc(d.Members, func(m *tapesv1.GroupMember) bool { return string(m.Assignment) == string(partitionBytes([]int32{1})) }) {
 		t.Fatalf("rebuilt group %+v", d)
 	}
 }

@@ -19,7 +19,10 @@
 // is written again and the log start moved past the rest.
 //
 // The assignment itself is computed by the group's leader member (package
-// assign); the coordinator only carries subscriptions and assignments.
+// assign, through internal/consumerproto); the coordinator only carries the
+// members' metadata and the leader's assignments as opaque bytes, as
+// Kafka's does, choosing the group's protocol by Kafka's vote
+// (group.chooseProtocol), so that any Kafka client can share a group.
 // Session timeouts, rebalance timeouts and the initial rebalance delay are
 // driven by one ticker per Coordinator; the time comes from Config.Now so
 // tests can drive it.

@@ -37,8 +37,15 @@ type joinOutcome struct {
 }
 
 type syncOutcome struct {
-	assignment []*tapesv1.TopicPartitions
-	err        error
+	assignment             []byte
+	protocolType, protocol string
+	err                    error
+}
+
+// synced is the outcome of m's SyncGroup in the group's current (Stable)
+// generation.
+func (g *group) synced(m *member) syncOutcome {
+	return syncOutcome{assignment: m.assignment, protocolType: g.protocolType, protocol: g.protocol}
 }
 
 // member is one member of a group. Guarded by its shard's mutex.
@@ -46,11 +53,12 @@ type member struct {
 	id, clientID, host string
 	sessionTimeout     time.Duration
 	rebalanceTimeout   time.Duration
-	// protocols: the assignors the member supports with its subscription
-	// for each, in order of preference.
+	// protocols: the protocols the member supports with its (opaque)
+	// metadata for each, in order of preference, as it sent them.
 	protocols []*tapesv1.JoinGroupProtocol
-	// assignment of the current generation (set when the group is Stable).
-	assignment []*tapesv1.TopicPartitions
+	// assignment of the current generation, as the leader sent it
+	// (opaque; set when the group is Stable, nil while it rebalances).
+	assignment []byte
 	// deadline: the member is removed when now passes it without a
 	// heartbeat, join or sync. Not checked while join != nil (a member
 	// waiting in JoinGroup is bounded by the rebalance timeout instead).
@@ -62,15 +70,30 @@ type member struct {
 	sync chan syncOutcome
 }
 
-// subscription returns the member's subscription for protocol name, nil if
-// it does not support it.
-func (m *member) subscription(name string) *tapesv1.Subscription {
+// protocol returns the member's entry for protocol name, nil if it does
+// not support it.
+func (m *member) protocol(name string) *tapesv1.JoinGroupProtocol {
 	for _, p := range m.protocols {
 		if p.GetName() == name {
-			return p.GetSubscription()
+			return p
 		}
 	}
 	return nil
+}
+
+// metadata returns the member's metadata for protocol name (nil if it does
+// not support it).
+func (m *member) metadata(name string) []byte { return m.protocol(name).GetMetadata() }
+
+// vote returns the member's vote among candidates: the first protocol in
+// its order of preference that is one of them ("" if none is).
+func (m *member) vote(candidates map[string]bool) string {
+	for _, p := range m.protocols {
+		if candidates[p.GetName()] {
+			return p.GetName()
+		}
+	}
+	return ""
 }
 
 // committed is one committed offset.
@@ -84,8 +107,9 @@ type committed struct {
 type group struct {
 	id    string
 	state State
-	// protocolType and protocol: "consumer" and the assignor chosen for the
-	// current generation.
+	// protocolType: every member's ("consumer" for consumers; set by the
+	// first member of an Empty group). protocol: the one chosen by the vote
+	// for the current generation ("" while Empty).
 	protocolType string
 	protocol     string
 	// generation grows by one at every completed join. Invariant: a member
@@ -116,20 +140,23 @@ func (g *group) describe(coordinator int32) *tapesv1.GroupDescription {
 	for _, id := range sortedMemberIDs(g.members) {
 		m := g.members[id]
 		d.Members = append(d.Members, &tapesv1.GroupMember{MemberId: m.id, ClientId: m.clientID, Host: m.host,
-			Subscription: m.subscription(g.protocol), Assignment: m.assignment})
+			Metadata: m.metadata(g.protocol), Assignment: m.assignment})
 	}
 	return d
 }
 
 // value returns the group record persisting the current generation with
-// the given assignments (member id -> partitions).
-func (g *group) value(assignments map[string][]*tapesv1.TopicPartitions) *tapesv1.GroupValue {
+// the given assignments (member id -> the leader's bytes). It holds what a
+// new coordinator needs to carry the generation on, as Kafka's
+// GroupMetadataValue: protocol type and protocol, generation, leader, and
+// per member its timeouts, metadata for the protocol and assignment.
+func (g *group) value(assignments map[string][]byte) *tapesv1.GroupValue {
 	v := &tapesv1.GroupValue{ProtocolType: g.protocolType, Protocol: g.protocol, GenerationId: g.generation, LeaderId: g.leader}
 	for _, id := range sortedMemberIDs(g.members) {
 		m := g.members[id]
 		v.Members = append(v.Members, &tapesv1.GroupValueMember{MemberId: m.id, ClientId: m.clientID, Host: m.host,
 			SessionTimeoutMs: int32(m.sessionTimeout / time.Millisecond), RebalanceTimeoutMs: int32(m.rebalanceTimeout / time.Millisecond),
-			Subscription: m.subscription(g.protocol), Assignment: assignments[id]})
+			Metadata: m.metadata(g.protocol), MemberAssignment: assignments[id]})
 	}
 	return v
 }
@@ -144,8 +171,8 @@ func (g *group) restore(v *tapesv1.GroupValue, now time.Time) {
 		m := &member{id: vm.MemberId, clientID: vm.ClientId, host: vm.Host,
 			sessionTimeout:   time.Duration(vm.SessionTimeoutMs) * time.Millisecond,
 			rebalanceTimeout: time.Duration(vm.RebalanceTimeoutMs) * time.Millisecond,
-			protocols:        []*tapesv1.JoinGroupProtocol{{Name: v.Protocol, Subscription: vm.Subscription}},
-			assignment:       vm.Assignment}
+			protocols:        []*tapesv1.JoinGroupProtocol{{Name: v.Protocol, Metadata: vm.Metadata}},
+			assignment:       vm.MemberAssignment}
 		m.deadline = now.Add(m.sessionTimeout)
 		g.members[m.id] = m
 	}
@@ -156,13 +183,11 @@ func (g *group) restore(v *tapesv1.GroupValue, now time.Time) {
 }
 
 // supportsProtocols reports whether a member offering protocols could join:
-// the group is empty, or at least one of them is supported by every member.
+// the group is empty, or at least one of them is supported by every member
+// (the protocol type is checked by the caller).
 func (g *group) supportsProtocols(protocolType string, protocols []*tapesv1.JoinGroupProtocol) bool {
 	if len(g.members) == 0 {
 		return protocolType != "" && len(protocols) > 0
-	}
-	if protocolType != g.protocolType {
-		return false
 	}
 	for _, p := range protocols {
 		if g.allSupport(p.GetName()) {
@@ -174,24 +199,50 @@ func (g *group) supportsProtocols(protocolType string, protocols []*tapesv1.Join
 
 func (g *group) allSupport(name string) bool {
 	for _, m := range g.members {
-		if m.subscription(name) == nil {
+		if m.protocol(name) == nil {
 			return false
 		}
 	}
 	return true
 }
 
-// chooseProtocol picks the assignor of a new generation: the first in the
-// leader's order of preference that every member supports.
+// chooseProtocol picks the protocol of a new generation by Kafka's vote
+// (GroupMetadata.selectProtocol): the candidates are the protocols every
+// member supports; each member votes for its first candidate in its order
+// of preference; the candidate with the most votes wins. Kafka leaves a tie
+// to hash-map order; here the tied candidate the leader prefers wins, so
+// the choice is deterministic. "" when there is no candidate (join rejects
+// a member that would make it so: supportsProtocols).
 func (g *group) chooseProtocol() string {
-	if l, ok := g.members[g.leader]; ok {
-		for _, p := range l.protocols {
-			if g.allSupport(p.GetName()) {
-				return p.GetName()
-			}
+	// Candidates are among any one member's protocols; the leader's order
+	// of preference (or, without a leader, the first member's) breaks ties.
+	ref := g.members[g.leader]
+	if ref == nil {
+		ids := sortedMemberIDs(g.members)
+		if len(ids) == 0 {
+			return ""
+		}
+		ref = g.members[ids[0]]
+	}
+	candidates := map[string]bool{}
+	for _, p := range ref.protocols {
+		if g.allSupport(p.GetName()) {
+			candidates[p.GetName()] = true
 		}
 	}
-	return ""
+	votes := map[string]int{}
+	for _, m := range g.members {
+		if v := m.vote(candidates); v != "" {
+			votes[v]++
+		}
+	}
+	best, bestVotes := "", 0
+	for _, p := range ref.protocols {
+		if n := votes[p.GetName()]; n > bestVotes {
+			best, bestVotes = p.GetName(), n
+		}
+	}
+	return best
 }
 
 // prepareRebalance moves the group to PreparingRebalance: members waiting in
@@ -288,31 +339,22 @@ func (g *group) completeJoin(now time.Time) (emptied bool) {
 	}
 	g.protocol = g.chooseProtocol()
 	g.state = CompletingRebalance
-	var all []*tapesv1.JoinGroupMember
-	for _, id := range sortedMemberIDs(g.members) {
-		m := g.members[id]
-		all = append(all, &tapesv1.JoinGroupMember{MemberId: m.id, ClientId: m.clientID, Host: m.host, Subscription: m.subscription(g.protocol)})
-	}
 	for _, m := range g.members {
-		resp := &tapesv1.JoinGroupResponse{GenerationId: g.generation, ProtocolName: g.protocol, LeaderId: g.leader, MemberId: m.id}
-		if m.id == g.leader {
-			resp.Members = all
-		}
-		m.join <- joinOutcome{resp: resp}
+		m.join <- joinOutcome{resp: g.currentJoin(m)}
 		m.join = nil
 		m.deadline = now.Add(m.sessionTimeout)
 	}
 	return false
 }
 
-// currentJoin answers a JoinGroup that changes nothing with the current
-// generation.
+// currentJoin answers a JoinGroup with the current generation: the leader
+// gets every member's metadata for the chosen protocol.
 func (g *group) currentJoin(m *member) *tapesv1.JoinGroupResponse {
-	resp := &tapesv1.JoinGroupResponse{GenerationId: g.generation, ProtocolName: g.protocol, LeaderId: g.leader, MemberId: m.id}
+	resp := &tapesv1.JoinGroupResponse{GenerationId: g.generation, ProtocolType: g.protocolType, ProtocolName: g.protocol, LeaderId: g.leader, MemberId: m.id}
 	if m.id == g.leader {
 		for _, id := range sortedMemberIDs(g.members) {
 			o := g.members[id]
-			resp.Members = append(resp.Members, &tapesv1.JoinGroupMember{MemberId: o.id, ClientId: o.clientID, Host: o.host, Subscription: o.subscription(g.protocol)})
+			resp.Members = append(resp.Members, &tapesv1.JoinGroupMember{MemberId: o.id, ClientId: o.clientID, Host: o.host, Metadata: o.metadata(g.protocol)})
 		}
 	}
 	return resp

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tapes-dev/tapes/internal/consumerproto"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 )
 
@@ -18,7 +19,9 @@ import (
 //	{"kind":"offset","group":"G","topic":"T","partition":P}  value: OffsetValue
 //	{"kind":"group","group":"G"}                             value: GroupValue
 //
-// Values are protobuf messages in their JSON form. When a coordinator
+// Values are protobuf messages in their JSON form (opaque metadata and
+// assignments in base64; group records of the earlier typed format are
+// upgraded as they are decoded, see upgradeLegacy). When a coordinator
 // rebuilds a partition, the latest record of each key wins, except that a
 // group record of an older generation never replaces a newer one (two
 // writes of one group may commit out of order).
@@ -85,5 +88,28 @@ func decodeRecord(r Record) (decoded, error) {
 	if err := protojson.Unmarshal(r.Value, m); err != nil {
 		return d, fmt.Errorf("record %q: value: %w", r.Key, err)
 	}
+	if d.group != nil {
+		upgradeLegacy(d.group)
+	}
 	return d, nil
+}
+
+// upgradeLegacy converts a group record of the typed format (written before
+// metadata and assignments became opaque: GroupValueMember's
+// legacy_subscription and legacy_assignment) into the bytes today's format
+// holds: that format's consumers were tapes' own, under protocol type
+// "consumer", so their subscription and assignment are encoded in Kafka's
+// consumer protocol, as today's consumerd sends them. A member with
+// metadata or an assignment in bytes is left as it is.
+func upgradeLegacy(v *tapesv1.GroupValue) {
+	for _, vm := range v.Members {
+		if s := vm.LegacySubscription; s != nil && vm.Metadata == nil {
+			vm.Metadata = consumerproto.EncodeSubscription(consumerproto.Subscription{Topics: s.Topics,
+				Owned: toPartitions(s.Owned), Generation: s.Generation})
+		}
+		if a := vm.LegacyAssignment; a != nil && vm.MemberAssignment == nil {
+			vm.MemberAssignment = consumerproto.EncodeAssignment(toPartitions(a), consumerproto.AssignmentVersion)
+		}
+		vm.LegacySubscription, vm.LegacyAssignment = nil, nil
+	}
 }

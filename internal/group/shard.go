@@ -191,19 +191,25 @@ func (s *shard) join(req *tapesv1.JoinGroupRequest, host string, session, rebala
 	if g.state == Dead {
 		return nil, nil, kerr.New(kerr.CoordinatorNotAvailable, "group %s is being removed", g.id)
 	}
+	if len(g.members) > 0 && req.ProtocolType != g.protocolType {
+		return nil, nil, kerr.New(kerr.InconsistentGroupProtocol, "group %s has protocol type %q; the member's is %q",
+			g.id, g.protocolType, req.ProtocolType)
+	}
 	if !g.supportsProtocols(req.ProtocolType, req.Protocols) {
-		return nil, nil, kerr.New(kerr.InconsistentGroupProtocol, "group %s (protocol type %q, assignor %q) shares no assignor with the member's %s",
+		return nil, nil, kerr.New(kerr.InconsistentGroupProtocol, "group %s (protocol type %q, protocol %q) has no protocol every member supports among the member's %s",
 			g.id, g.protocolType, g.protocol, protocolNames(req.Protocols))
 	}
-	if req.MemberId == "" {
+	m, known := g.members[req.MemberId]
+	switch {
+	case req.MemberId == "" && !req.AssignMemberId:
 		id := newMemberID(req.ClientId)
 		g.pending[id] = now.Add(session)
 		e := kerr.New(kerr.MemberIDRequired, "join group %s again with member id %s", g.id, id)
 		e.Detail.MemberId = id
 		return nil, nil, e
-	}
-	m, known := g.members[req.MemberId]
-	if !known {
+	case req.MemberId == "": // Kafka's JoinGroup v0-v3: joins at once
+		m = &member{id: newMemberID(req.ClientId)}
+	case !known:
 		if _, ok := g.pending[req.MemberId]; !ok {
 			return nil, nil, kerr.New(kerr.UnknownMemberID, "member %s is not in group %s (generation %d)", req.MemberId, g.id, g.generation)
 		}
@@ -320,12 +326,16 @@ func (s *shard) sync(req *tapesv1.SyncGroupRequest) (chan syncOutcome, error) {
 	if req.GenerationId != g.generation {
 		return nil, kerr.New(kerr.IllegalGeneration, "sync of member %s with generation %d; group %s is at %d", m.id, req.GenerationId, g.id, g.generation)
 	}
+	if (req.ProtocolType != "" && req.ProtocolType != g.protocolType) || (req.ProtocolName != "" && req.ProtocolName != g.protocol) {
+		return nil, kerr.New(kerr.InconsistentGroupProtocol, "sync of member %s names protocol type %q, protocol %q; group %s has %q, %q",
+			m.id, req.ProtocolType, req.ProtocolName, g.id, g.protocolType, g.protocol)
+	}
 	ch := make(chan syncOutcome, 1)
 	switch g.state {
 	case PreparingRebalance:
 		return nil, kerr.New(kerr.RebalanceInProgress, "group %s is rebalancing: rejoin", g.id)
 	case Stable:
-		ch <- syncOutcome{assignment: m.assignment}
+		ch <- g.synced(m)
 		return ch, nil
 	case Empty, Dead:
 		return nil, kerr.New(kerr.UnknownMemberID, "group %s is %s", g.id, g.state)
@@ -337,7 +347,7 @@ func (s *shard) sync(req *tapesv1.SyncGroupRequest) (chan syncOutcome, error) {
 	}
 	m.sync = ch
 	if m.id == g.leader {
-		assignments := map[string][]*tapesv1.TopicPartitions{}
+		assignments := map[string][]byte{}
 		for _, a := range req.Assignments {
 			if _, ok := g.members[a.MemberId]; ok {
 				assignments[a.MemberId] = a.Assignment
@@ -352,7 +362,7 @@ func (s *shard) sync(req *tapesv1.SyncGroupRequest) (chan syncOutcome, error) {
 // storeAssignment commits a generation's assignment and, if the group is
 // still in that generation, makes it Stable and answers every waiting
 // SyncGroup.
-func (s *shard) storeAssignment(g *group, gen int32, v *tapesv1.GroupValue, assignments map[string][]*tapesv1.TopicPartitions) {
+func (s *shard) storeAssignment(g *group, gen int32, v *tapesv1.GroupValue, assignments map[string][]byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	err := s.append(ctx, []Record{groupRecord(g.id, v)})
@@ -377,7 +387,7 @@ func (s *shard) storeAssignment(g *group, gen int32, v *tapesv1.GroupValue, assi
 	for id, m := range g.members {
 		m.assignment = assignments[id]
 		if m.sync != nil {
-			m.sync <- syncOutcome{assignment: m.assignment}
+			m.sync <- g.synced(m)
 			m.sync = nil
 		}
 	}

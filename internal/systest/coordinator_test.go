@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tapes-dev/tapes/internal/assign"
 	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/consumerproto"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kerr"
@@ -32,7 +34,7 @@ func TestCoordinatorSurvivesKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	join := &tapesv1.JoinGroupRequest{GroupId: "demo", ClientId: "consumer-1", ProtocolType: "consumer",
-		Protocols:        []*tapesv1.JoinGroupProtocol{{Name: "range", Subscription: &tapesv1.Subscription{Topics: []string{"orders"}, Generation: -1}}},
+		Protocols:        []*tapesv1.JoinGroupProtocol{{Name: "range", Metadata: consumerproto.EncodeSubscription(consumerproto.Subscription{Topics: []string{"orders"}, Generation: -1})}},
 		SessionTimeoutMs: 10000, RebalanceTimeoutMs: 10000}
 	_, err = cl.JoinGroup(ctx, join)
 	member, ok := client.MemberIDFrom(err)
@@ -44,10 +46,10 @@ func TestCoordinatorSurvivesKill(t *testing.T) {
 	if err != nil || jr.LeaderId != member || jr.GenerationId != 1 {
 		t.Fatalf("join: %+v %v", jr, err)
 	}
-	all := []*tapesv1.TopicPartitions{{Topic: "orders", Partitions: []int32{0, 1}}}
+	all := consumerproto.EncodeAssignment([]assign.TopicPartition{{Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1}}, 3)
 	got, err := cl.SyncGroup(ctx, &tapesv1.SyncGroupRequest{GroupId: "demo", GenerationId: 1, MemberId: member,
 		Assignments: []*tapesv1.MemberAssignment{{MemberId: member, Assignment: all}}}, time.Second)
-	if err != nil || len(got) != 1 || len(got[0].Partitions) != 2 {
+	if a, derr := consumerproto.DecodeAssignment(got); err != nil || derr != nil || len(a.Partitions) != 2 {
 		t.Fatalf("sync: %v %v", got, err)
 	}
 	commit := func(o0, o1 int64) error {

@@ -16,9 +16,15 @@
 // Errors travel as in broker.proto: a google.rpc.Status whose details hold a
 // tapes.v1.ErrorDetail with Kafka's error name.
 //
-// The consumer protocol is typed here (Subscription, Assignment) instead of
-// Kafka's opaque bytes, so that the coordinator and `cluster groups describe`
-// can show what each member subscribed to and owns.
+// Member metadata and assignments are opaque bytes, as in Kafka: the
+// coordinator checks the protocol type, chooses the protocol by Kafka's vote
+// and carries each member's metadata (for the chosen protocol) and the
+// leader's assignment without parsing them, so that the gRPC and the Kafka
+// front ends share one coordinator and one group can mix every client.
+// Under protocol type "consumer" the bytes are Kafka's consumer protocol
+// (ConsumerProtocolSubscription, ConsumerProtocolAssignment; see
+// internal/consumerproto), which `cluster groups describe` decodes for
+// display.
 
 package tapesv1
 
@@ -89,7 +95,9 @@ func (x *TopicPartitions) GetPartitions() []int32 {
 	return nil
 }
 
-// Subscription is a member's protocol metadata for one assignor.
+// Subscription is the typed member metadata of group records written before
+// metadata became opaque bytes (GroupValueMember.legacy_subscription); it is
+// only read, when a coordinator loads such a record.
 type Subscription struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Topics []string               `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
@@ -259,9 +267,11 @@ func (x *FindCoordinatorResponse) GetPartition() int32 {
 
 type JoinGroupProtocol struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Assignor name: "cooperative-sticky" or "range".
-	Name          string        `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Subscription  *Subscription `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// The protocol's name (under protocol type "consumer", the assignor:
+	// "cooperative-sticky", "range", ...).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The member's metadata for this protocol, opaque to the coordinator.
+	Metadata      []byte `protobuf:"bytes,3,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -303,9 +313,9 @@ func (x *JoinGroupProtocol) GetName() string {
 	return ""
 }
 
-func (x *JoinGroupProtocol) GetSubscription() *Subscription {
+func (x *JoinGroupProtocol) GetMetadata() []byte {
 	if x != nil {
-		return x.Subscription
+		return x.Metadata
 	}
 	return nil
 }
@@ -316,16 +326,22 @@ type JoinGroupRequest struct {
 	// Empty on a member's first join.
 	MemberId string `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
 	ClientId string `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	// "consumer".
+	// "consumer" for consumers; every member of a group must send the same.
 	ProtocolType string `protobuf:"bytes,4,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
-	// In order of preference.
+	// In order of preference (the member's vote goes to its first one that
+	// every member supports).
 	Protocols        []*JoinGroupProtocol `protobuf:"bytes,5,rep,name=protocols,proto3" json:"protocols,omitempty"`
 	SessionTimeoutMs int32                `protobuf:"varint,6,opt,name=session_timeout_ms,json=sessionTimeoutMs,proto3" json:"session_timeout_ms,omitempty"`
 	// How long the coordinator waits for every member to rejoin (Kafka's
 	// consumers send max.poll.interval.ms).
 	RebalanceTimeoutMs int32 `protobuf:"varint,7,opt,name=rebalance_timeout_ms,json=rebalanceTimeoutMs,proto3" json:"rebalance_timeout_ms,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Kafka's JoinGroup v0-v3 (before KIP-394): a join without member id is
+	// given one and joins at once, learning it from the answer
+	// (JoinGroupResponse.member_id) instead of MEMBER_ID_REQUIRED. For the
+	// Kafka front end; tapes' own clients leave it unset.
+	AssignMemberId bool `protobuf:"varint,8,opt,name=assign_member_id,json=assignMemberId,proto3" json:"assign_member_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JoinGroupRequest) Reset() {
@@ -407,12 +423,20 @@ func (x *JoinGroupRequest) GetRebalanceTimeoutMs() int32 {
 	return 0
 }
 
+func (x *JoinGroupRequest) GetAssignMemberId() bool {
+	if x != nil {
+		return x.AssignMemberId
+	}
+	return false
+}
+
 type JoinGroupMember struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Host          string                 `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
-	Subscription  *Subscription          `protobuf:"bytes,4,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	MemberId string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	ClientId string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Host     string                 `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	// The member's metadata for the chosen protocol.
+	Metadata      []byte `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -468,9 +492,9 @@ func (x *JoinGroupMember) GetHost() string {
 	return ""
 }
 
-func (x *JoinGroupMember) GetSubscription() *Subscription {
+func (x *JoinGroupMember) GetMetadata() []byte {
 	if x != nil {
-		return x.Subscription
+		return x.Metadata
 	}
 	return nil
 }
@@ -478,12 +502,14 @@ func (x *JoinGroupMember) GetSubscription() *Subscription {
 type JoinGroupResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	GenerationId int32                  `protobuf:"varint,1,opt,name=generation_id,json=generationId,proto3" json:"generation_id,omitempty"`
-	// The assignor chosen: one every member supports.
+	// The protocol chosen by Kafka's vote among the members, from those
+	// every member supports.
 	ProtocolName string `protobuf:"bytes,2,opt,name=protocol_name,json=protocolName,proto3" json:"protocol_name,omitempty"`
 	LeaderId     string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	MemberId     string `protobuf:"bytes,4,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	// Only for the leader: every member and its subscription.
+	// Only for the leader: every member and its metadata.
 	Members       []*JoinGroupMember `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`
+	ProtocolType  string             `protobuf:"bytes,6,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -553,10 +579,18 @@ func (x *JoinGroupResponse) GetMembers() []*JoinGroupMember {
 	return nil
 }
 
+func (x *JoinGroupResponse) GetProtocolType() string {
+	if x != nil {
+		return x.ProtocolType
+	}
+	return ""
+}
+
 type MemberAssignment struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	Assignment    []*TopicPartitions     `protobuf:"bytes,2,rep,name=assignment,proto3" json:"assignment,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	MemberId string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// The member's assignment, opaque to the coordinator.
+	Assignment    []byte `protobuf:"bytes,3,opt,name=assignment,proto3" json:"assignment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -598,7 +632,7 @@ func (x *MemberAssignment) GetMemberId() string {
 	return ""
 }
 
-func (x *MemberAssignment) GetAssignment() []*TopicPartitions {
+func (x *MemberAssignment) GetAssignment() []byte {
 	if x != nil {
 		return x.Assignment
 	}
@@ -611,7 +645,11 @@ type SyncGroupRequest struct {
 	GenerationId int32                  `protobuf:"varint,2,opt,name=generation_id,json=generationId,proto3" json:"generation_id,omitempty"`
 	MemberId     string                 `protobuf:"bytes,3,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
 	// Only from the leader.
-	Assignments   []*MemberAssignment `protobuf:"bytes,4,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	Assignments []*MemberAssignment `protobuf:"bytes,4,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	// When set, checked against the group's (INCONSISTENT_GROUP_PROTOCOL
+	// otherwise), as Kafka's SyncGroup v5.
+	ProtocolType  string `protobuf:"bytes,5,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
+	ProtocolName  string `protobuf:"bytes,6,opt,name=protocol_name,json=protocolName,proto3" json:"protocol_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -674,9 +712,27 @@ func (x *SyncGroupRequest) GetAssignments() []*MemberAssignment {
 	return nil
 }
 
+func (x *SyncGroupRequest) GetProtocolType() string {
+	if x != nil {
+		return x.ProtocolType
+	}
+	return ""
+}
+
+func (x *SyncGroupRequest) GetProtocolName() string {
+	if x != nil {
+		return x.ProtocolName
+	}
+	return ""
+}
+
 type SyncGroupResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Assignment    []*TopicPartitions     `protobuf:"bytes,1,rep,name=assignment,proto3" json:"assignment,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// This member's part of the leader's assignment (empty when the leader
+	// gave it none).
+	Assignment    []byte `protobuf:"bytes,2,opt,name=assignment,proto3" json:"assignment,omitempty"`
+	ProtocolType  string `protobuf:"bytes,3,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
+	ProtocolName  string `protobuf:"bytes,4,opt,name=protocol_name,json=protocolName,proto3" json:"protocol_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -711,11 +767,25 @@ func (*SyncGroupResponse) Descriptor() ([]byte, []int) {
 	return file_tapes_v1_group_proto_rawDescGZIP(), []int{10}
 }
 
-func (x *SyncGroupResponse) GetAssignment() []*TopicPartitions {
+func (x *SyncGroupResponse) GetAssignment() []byte {
 	if x != nil {
 		return x.Assignment
 	}
 	return nil
+}
+
+func (x *SyncGroupResponse) GetProtocolType() string {
+	if x != nil {
+		return x.ProtocolType
+	}
+	return ""
+}
+
+func (x *SyncGroupResponse) GetProtocolName() string {
+	if x != nil {
+		return x.ProtocolName
+	}
+	return ""
 }
 
 type HeartbeatRequest struct {
@@ -1296,12 +1366,15 @@ func (x *DescribeGroupsRequest) GetGroupIds() []string {
 }
 
 type GroupMember struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Host          string                 `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
-	Subscription  *Subscription          `protobuf:"bytes,4,opt,name=subscription,proto3" json:"subscription,omitempty"`
-	Assignment    []*TopicPartitions     `protobuf:"bytes,5,rep,name=assignment,proto3" json:"assignment,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	MemberId string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	ClientId string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Host     string                 `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	// The member's metadata for the group's protocol and its assignment of
+	// the current generation (empty while the group is rebalancing), both as
+	// the member and the leader sent them.
+	Metadata      []byte `protobuf:"bytes,6,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Assignment    []byte `protobuf:"bytes,7,opt,name=assignment,proto3" json:"assignment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1357,14 +1430,14 @@ func (x *GroupMember) GetHost() string {
 	return ""
 }
 
-func (x *GroupMember) GetSubscription() *Subscription {
+func (x *GroupMember) GetMetadata() []byte {
 	if x != nil {
-		return x.Subscription
+		return x.Metadata
 	}
 	return nil
 }
 
-func (x *GroupMember) GetAssignment() []*TopicPartitions {
+func (x *GroupMember) GetAssignment() []byte {
 	if x != nil {
 		return x.Assignment
 	}
@@ -1378,7 +1451,7 @@ type GroupDescription struct {
 	// "Dead" (unknown group).
 	State        string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	ProtocolType string `protobuf:"bytes,3,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
-	// The assignor of the current generation.
+	// The protocol (assignor) of the current generation.
 	Protocol      string         `protobuf:"bytes,4,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	GenerationId  int32          `protobuf:"varint,5,opt,name=generation_id,json=generationId,proto3" json:"generation_id,omitempty"`
 	LeaderId      string         `protobuf:"bytes,6,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
@@ -1813,10 +1886,16 @@ type GroupValueMember struct {
 	Host               string                 `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
 	SessionTimeoutMs   int32                  `protobuf:"varint,4,opt,name=session_timeout_ms,json=sessionTimeoutMs,proto3" json:"session_timeout_ms,omitempty"`
 	RebalanceTimeoutMs int32                  `protobuf:"varint,5,opt,name=rebalance_timeout_ms,json=rebalanceTimeoutMs,proto3" json:"rebalance_timeout_ms,omitempty"`
-	Subscription       *Subscription          `protobuf:"bytes,6,opt,name=subscription,proto3" json:"subscription,omitempty"`
-	Assignment         []*TopicPartitions     `protobuf:"bytes,7,rep,name=assignment,proto3" json:"assignment,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Written by the typed format before metadata became opaque; read only
+	// (a coordinator loading such a record encodes them in Kafka's consumer
+	// protocol).
+	LegacySubscription *Subscription      `protobuf:"bytes,6,opt,name=legacy_subscription,json=subscription,proto3" json:"legacy_subscription,omitempty"`
+	LegacyAssignment   []*TopicPartitions `protobuf:"bytes,7,rep,name=legacy_assignment,json=assignment,proto3" json:"legacy_assignment,omitempty"`
+	// The member's metadata for the group's protocol and its assignment.
+	Metadata         []byte `protobuf:"bytes,8,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	MemberAssignment []byte `protobuf:"bytes,9,opt,name=member_assignment,json=memberAssignment,proto3" json:"member_assignment,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GroupValueMember) Reset() {
@@ -1884,16 +1963,30 @@ func (x *GroupValueMember) GetRebalanceTimeoutMs() int32 {
 	return 0
 }
 
-func (x *GroupValueMember) GetSubscription() *Subscription {
+func (x *GroupValueMember) GetLegacySubscription() *Subscription {
 	if x != nil {
-		return x.Subscription
+		return x.LegacySubscription
 	}
 	return nil
 }
 
-func (x *GroupValueMember) GetAssignment() []*TopicPartitions {
+func (x *GroupValueMember) GetLegacyAssignment() []*TopicPartitions {
 	if x != nil {
-		return x.Assignment
+		return x.LegacyAssignment
+	}
+	return nil
+}
+
+func (x *GroupValueMember) GetMetadata() []byte {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *GroupValueMember) GetMemberAssignment() []byte {
+	if x != nil {
+		return x.MemberAssignment
 	}
 	return nil
 }
@@ -1919,10 +2012,10 @@ const file_tapes_v1_group_proto_rawDesc = "" +
 	"\x17FindCoordinatorResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
-	"\tpartition\x18\x03 \x01(\x05R\tpartition\"c\n" +
+	"\tpartition\x18\x03 \x01(\x05R\tpartition\"W\n" +
 	"\x11JoinGroupProtocol\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12:\n" +
-	"\fsubscription\x18\x02 \x01(\v2\x16.tapes.v1.SubscriptionR\fsubscription\"\xa7\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bmetadata\x18\x03 \x01(\fR\bmetadataJ\x04\b\x02\x10\x03R\fsubscription\"\xd1\x02\n" +
 	"\x10JoinGroupRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12\x1b\n" +
@@ -1930,32 +2023,38 @@ const file_tapes_v1_group_proto_rawDesc = "" +
 	"\rprotocol_type\x18\x04 \x01(\tR\fprotocolType\x129\n" +
 	"\tprotocols\x18\x05 \x03(\v2\x1b.tapes.v1.JoinGroupProtocolR\tprotocols\x12,\n" +
 	"\x12session_timeout_ms\x18\x06 \x01(\x05R\x10sessionTimeoutMs\x120\n" +
-	"\x14rebalance_timeout_ms\x18\a \x01(\x05R\x12rebalanceTimeoutMs\"\x9b\x01\n" +
+	"\x14rebalance_timeout_ms\x18\a \x01(\x05R\x12rebalanceTimeoutMs\x12(\n" +
+	"\x10assign_member_id\x18\b \x01(\bR\x0eassignMemberId\"\x8f\x01\n" +
 	"\x0fJoinGroupMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x12\n" +
-	"\x04host\x18\x03 \x01(\tR\x04host\x12:\n" +
-	"\fsubscription\x18\x04 \x01(\v2\x16.tapes.v1.SubscriptionR\fsubscription\"\xcc\x01\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x1a\n" +
+	"\bmetadata\x18\x05 \x01(\fR\bmetadataJ\x04\b\x04\x10\x05R\fsubscription\"\xf1\x01\n" +
 	"\x11JoinGroupResponse\x12#\n" +
 	"\rgeneration_id\x18\x01 \x01(\x05R\fgenerationId\x12#\n" +
 	"\rprotocol_name\x18\x02 \x01(\tR\fprotocolName\x12\x1b\n" +
 	"\tleader_id\x18\x03 \x01(\tR\bleaderId\x12\x1b\n" +
 	"\tmember_id\x18\x04 \x01(\tR\bmemberId\x123\n" +
-	"\amembers\x18\x05 \x03(\v2\x19.tapes.v1.JoinGroupMemberR\amembers\"j\n" +
+	"\amembers\x18\x05 \x03(\v2\x19.tapes.v1.JoinGroupMemberR\amembers\x12#\n" +
+	"\rprotocol_type\x18\x06 \x01(\tR\fprotocolType\"U\n" +
 	"\x10MemberAssignment\x12\x1b\n" +
-	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x129\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1e\n" +
 	"\n" +
-	"assignment\x18\x02 \x03(\v2\x19.tapes.v1.TopicPartitionsR\n" +
-	"assignment\"\xad\x01\n" +
+	"assignment\x18\x03 \x01(\fR\n" +
+	"assignmentJ\x04\b\x02\x10\x03\"\xf7\x01\n" +
 	"\x10SyncGroupRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12#\n" +
 	"\rgeneration_id\x18\x02 \x01(\x05R\fgenerationId\x12\x1b\n" +
 	"\tmember_id\x18\x03 \x01(\tR\bmemberId\x12<\n" +
-	"\vassignments\x18\x04 \x03(\v2\x1a.tapes.v1.MemberAssignmentR\vassignments\"N\n" +
-	"\x11SyncGroupResponse\x129\n" +
+	"\vassignments\x18\x04 \x03(\v2\x1a.tapes.v1.MemberAssignmentR\vassignments\x12#\n" +
+	"\rprotocol_type\x18\x05 \x01(\tR\fprotocolType\x12#\n" +
+	"\rprotocol_name\x18\x06 \x01(\tR\fprotocolName\"\x83\x01\n" +
+	"\x11SyncGroupResponse\x12\x1e\n" +
 	"\n" +
-	"assignment\x18\x01 \x03(\v2\x19.tapes.v1.TopicPartitionsR\n" +
-	"assignment\"o\n" +
+	"assignment\x18\x02 \x01(\fR\n" +
+	"assignment\x12#\n" +
+	"\rprotocol_type\x18\x03 \x01(\tR\fprotocolType\x12#\n" +
+	"\rprotocol_name\x18\x04 \x01(\tR\fprotocolNameJ\x04\b\x01\x10\x02\"o\n" +
 	"\x10HeartbeatRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12#\n" +
 	"\rgeneration_id\x18\x02 \x01(\x05R\fgenerationId\x12\x1b\n" +
@@ -1990,15 +2089,15 @@ const file_tapes_v1_group_proto_rawDesc = "" +
 	"\x13OffsetFetchResponse\x123\n" +
 	"\aoffsets\x18\x01 \x03(\v2\x19.tapes.v1.CommittedOffsetR\aoffsets\"4\n" +
 	"\x15DescribeGroupsRequest\x12\x1b\n" +
-	"\tgroup_ids\x18\x01 \x03(\tR\bgroupIds\"\xd2\x01\n" +
+	"\tgroup_ids\x18\x01 \x03(\tR\bgroupIds\"\xa3\x01\n" +
 	"\vGroupMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x12\n" +
-	"\x04host\x18\x03 \x01(\tR\x04host\x12:\n" +
-	"\fsubscription\x18\x04 \x01(\v2\x16.tapes.v1.SubscriptionR\fsubscription\x129\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x1a\n" +
+	"\bmetadata\x18\x06 \x01(\fR\bmetadata\x12\x1e\n" +
 	"\n" +
-	"assignment\x18\x05 \x03(\v2\x19.tapes.v1.TopicPartitionsR\n" +
-	"assignment\"\x9e\x02\n" +
+	"assignment\x18\a \x01(\fR\n" +
+	"assignmentJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06\"\x9e\x02\n" +
 	"\x10GroupDescription\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
@@ -2028,17 +2127,18 @@ const file_tapes_v1_group_proto_rawDesc = "" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12#\n" +
 	"\rgeneration_id\x18\x03 \x01(\x05R\fgenerationId\x12\x1b\n" +
 	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x124\n" +
-	"\amembers\x18\x05 \x03(\v2\x1a.tapes.v1.GroupValueMemberR\amembers\"\xb7\x02\n" +
+	"\amembers\x18\x05 \x03(\v2\x1a.tapes.v1.GroupValueMemberR\amembers\"\x8e\x03\n" +
 	"\x10GroupValueMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x12,\n" +
 	"\x12session_timeout_ms\x18\x04 \x01(\x05R\x10sessionTimeoutMs\x120\n" +
-	"\x14rebalance_timeout_ms\x18\x05 \x01(\x05R\x12rebalanceTimeoutMs\x12:\n" +
-	"\fsubscription\x18\x06 \x01(\v2\x16.tapes.v1.SubscriptionR\fsubscription\x129\n" +
-	"\n" +
-	"assignment\x18\a \x03(\v2\x19.tapes.v1.TopicPartitionsR\n" +
-	"assignment2\xba\x05\n" +
+	"\x14rebalance_timeout_ms\x18\x05 \x01(\x05R\x12rebalanceTimeoutMs\x12A\n" +
+	"\x13legacy_subscription\x18\x06 \x01(\v2\x16.tapes.v1.SubscriptionR\fsubscription\x12@\n" +
+	"\x11legacy_assignment\x18\a \x03(\v2\x19.tapes.v1.TopicPartitionsR\n" +
+	"assignment\x12\x1a\n" +
+	"\bmetadata\x18\b \x01(\fR\bmetadata\x12+\n" +
+	"\x11member_assignment\x18\t \x01(\fR\x10memberAssignment2\xba\x05\n" +
 	"\fGroupService\x12V\n" +
 	"\x0fFindCoordinator\x12 .tapes.v1.FindCoordinatorRequest\x1a!.tapes.v1.FindCoordinatorResponse\x12D\n" +
 	"\tJoinGroup\x12\x1a.tapes.v1.JoinGroupRequest\x1a\x1b.tapes.v1.JoinGroupResponse\x12D\n" +
@@ -2100,47 +2200,41 @@ var file_tapes_v1_group_proto_goTypes = []any{
 }
 var file_tapes_v1_group_proto_depIdxs = []int32{
 	0,  // 0: tapes.v1.Subscription.owned:type_name -> tapes.v1.TopicPartitions
-	1,  // 1: tapes.v1.JoinGroupProtocol.subscription:type_name -> tapes.v1.Subscription
-	4,  // 2: tapes.v1.JoinGroupRequest.protocols:type_name -> tapes.v1.JoinGroupProtocol
-	1,  // 3: tapes.v1.JoinGroupMember.subscription:type_name -> tapes.v1.Subscription
-	6,  // 4: tapes.v1.JoinGroupResponse.members:type_name -> tapes.v1.JoinGroupMember
-	0,  // 5: tapes.v1.MemberAssignment.assignment:type_name -> tapes.v1.TopicPartitions
-	8,  // 6: tapes.v1.SyncGroupRequest.assignments:type_name -> tapes.v1.MemberAssignment
-	0,  // 7: tapes.v1.SyncGroupResponse.assignment:type_name -> tapes.v1.TopicPartitions
-	15, // 8: tapes.v1.OffsetCommitRequest.offsets:type_name -> tapes.v1.OffsetCommitPartition
-	0,  // 9: tapes.v1.OffsetFetchRequest.partitions:type_name -> tapes.v1.TopicPartitions
-	19, // 10: tapes.v1.OffsetFetchResponse.offsets:type_name -> tapes.v1.CommittedOffset
-	1,  // 11: tapes.v1.GroupMember.subscription:type_name -> tapes.v1.Subscription
-	0,  // 12: tapes.v1.GroupMember.assignment:type_name -> tapes.v1.TopicPartitions
-	22, // 13: tapes.v1.GroupDescription.members:type_name -> tapes.v1.GroupMember
-	23, // 14: tapes.v1.DescribeGroupsResponse.groups:type_name -> tapes.v1.GroupDescription
-	26, // 15: tapes.v1.ListGroupsResponse.groups:type_name -> tapes.v1.ListedGroup
-	30, // 16: tapes.v1.GroupValue.members:type_name -> tapes.v1.GroupValueMember
-	1,  // 17: tapes.v1.GroupValueMember.subscription:type_name -> tapes.v1.Subscription
-	0,  // 18: tapes.v1.GroupValueMember.assignment:type_name -> tapes.v1.TopicPartitions
-	2,  // 19: tapes.v1.GroupService.FindCoordinator:input_type -> tapes.v1.FindCoordinatorRequest
-	5,  // 20: tapes.v1.GroupService.JoinGroup:input_type -> tapes.v1.JoinGroupRequest
-	9,  // 21: tapes.v1.GroupService.SyncGroup:input_type -> tapes.v1.SyncGroupRequest
-	11, // 22: tapes.v1.GroupService.Heartbeat:input_type -> tapes.v1.HeartbeatRequest
-	13, // 23: tapes.v1.GroupService.LeaveGroup:input_type -> tapes.v1.LeaveGroupRequest
-	16, // 24: tapes.v1.GroupService.OffsetCommit:input_type -> tapes.v1.OffsetCommitRequest
-	18, // 25: tapes.v1.GroupService.OffsetFetch:input_type -> tapes.v1.OffsetFetchRequest
-	21, // 26: tapes.v1.GroupService.DescribeGroups:input_type -> tapes.v1.DescribeGroupsRequest
-	25, // 27: tapes.v1.GroupService.ListGroups:input_type -> tapes.v1.ListGroupsRequest
-	3,  // 28: tapes.v1.GroupService.FindCoordinator:output_type -> tapes.v1.FindCoordinatorResponse
-	7,  // 29: tapes.v1.GroupService.JoinGroup:output_type -> tapes.v1.JoinGroupResponse
-	10, // 30: tapes.v1.GroupService.SyncGroup:output_type -> tapes.v1.SyncGroupResponse
-	12, // 31: tapes.v1.GroupService.Heartbeat:output_type -> tapes.v1.HeartbeatResponse
-	14, // 32: tapes.v1.GroupService.LeaveGroup:output_type -> tapes.v1.LeaveGroupResponse
-	17, // 33: tapes.v1.GroupService.OffsetCommit:output_type -> tapes.v1.OffsetCommitResponse
-	20, // 34: tapes.v1.GroupService.OffsetFetch:output_type -> tapes.v1.OffsetFetchResponse
-	24, // 35: tapes.v1.GroupService.DescribeGroups:output_type -> tapes.v1.DescribeGroupsResponse
-	27, // 36: tapes.v1.GroupService.ListGroups:output_type -> tapes.v1.ListGroupsResponse
-	28, // [28:37] is the sub-list for method output_type
-	19, // [19:28] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	4,  // 1: tapes.v1.JoinGroupRequest.protocols:type_name -> tapes.v1.JoinGroupProtocol
+	6,  // 2: tapes.v1.JoinGroupResponse.members:type_name -> tapes.v1.JoinGroupMember
+	8,  // 3: tapes.v1.SyncGroupRequest.assignments:type_name -> tapes.v1.MemberAssignment
+	15, // 4: tapes.v1.OffsetCommitRequest.offsets:type_name -> tapes.v1.OffsetCommitPartition
+	0,  // 5: tapes.v1.OffsetFetchRequest.partitions:type_name -> tapes.v1.TopicPartitions
+	19, // 6: tapes.v1.OffsetFetchResponse.offsets:type_name -> tapes.v1.CommittedOffset
+	22, // 7: tapes.v1.GroupDescription.members:type_name -> tapes.v1.GroupMember
+	23, // 8: tapes.v1.DescribeGroupsResponse.groups:type_name -> tapes.v1.GroupDescription
+	26, // 9: tapes.v1.ListGroupsResponse.groups:type_name -> tapes.v1.ListedGroup
+	30, // 10: tapes.v1.GroupValue.members:type_name -> tapes.v1.GroupValueMember
+	1,  // 11: tapes.v1.GroupValueMember.legacy_subscription:type_name -> tapes.v1.Subscription
+	0,  // 12: tapes.v1.GroupValueMember.legacy_assignment:type_name -> tapes.v1.TopicPartitions
+	2,  // 13: tapes.v1.GroupService.FindCoordinator:input_type -> tapes.v1.FindCoordinatorRequest
+	5,  // 14: tapes.v1.GroupService.JoinGroup:input_type -> tapes.v1.JoinGroupRequest
+	9,  // 15: tapes.v1.GroupService.SyncGroup:input_type -> tapes.v1.SyncGroupRequest
+	11, // 16: tapes.v1.GroupService.Heartbeat:input_type -> tapes.v1.HeartbeatRequest
+	13, // 17: tapes.v1.GroupService.LeaveGroup:input_type -> tapes.v1.LeaveGroupRequest
+	16, // 18: tapes.v1.GroupService.OffsetCommit:input_type -> tapes.v1.OffsetCommitRequest
+	18, // 19: tapes.v1.GroupService.OffsetFetch:input_type -> tapes.v1.OffsetFetchRequest
+	21, // 20: tapes.v1.GroupService.DescribeGroups:input_type -> tapes.v1.DescribeGroupsRequest
+	25, // 21: tapes.v1.GroupService.ListGroups:input_type -> tapes.v1.ListGroupsRequest
+	3,  // 22: tapes.v1.GroupService.FindCoordinator:output_type -> tapes.v1.FindCoordinatorResponse
+	7,  // 23: tapes.v1.GroupService.JoinGroup:output_type -> tapes.v1.JoinGroupResponse
+	10, // 24: tapes.v1.GroupService.SyncGroup:output_type -> tapes.v1.SyncGroupResponse
+	12, // 25: tapes.v1.GroupService.Heartbeat:output_type -> tapes.v1.HeartbeatResponse
+	14, // 26: tapes.v1.GroupService.LeaveGroup:output_type -> tapes.v1.LeaveGroupResponse
+	17, // 27: tapes.v1.GroupService.OffsetCommit:output_type -> tapes.v1.OffsetCommitResponse
+	20, // 28: tapes.v1.GroupService.OffsetFetch:output_type -> tapes.v1.OffsetFetchResponse
+	24, // 29: tapes.v1.GroupService.DescribeGroups:output_type -> tapes.v1.DescribeGroupsResponse
+	27, // 30: tapes.v1.GroupService.ListGroups:output_type -> tapes.v1.ListGroupsResponse
+	22, // [22:31] is the sub-list for method output_type
+	13, // [13:22] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_tapes_v1_group_proto_init() }

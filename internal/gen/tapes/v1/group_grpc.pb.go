@@ -16,9 +16,15 @@
 // Errors travel as in broker.proto: a google.rpc.Status whose details hold a
 // tapes.v1.ErrorDetail with Kafka's error name.
 //
-// The consumer protocol is typed here (Subscription, Assignment) instead of
-// Kafka's opaque bytes, so that the coordinator and `cluster groups describe`
-// can show what each member subscribed to and owns.
+// Member metadata and assignments are opaque bytes, as in Kafka: the
+// coordinator checks the protocol type, chooses the protocol by Kafka's vote
+// and carries each member's metadata (for the chosen protocol) and the
+// leader's assignment without parsing them, so that the gRPC and the Kafka
+// front ends share one coordinator and one group can mix every client.
+// Under protocol type "consumer" the bytes are Kafka's consumer protocol
+// (ConsumerProtocolSubscription, ConsumerProtocolAssignment; see
+// internal/consumerproto), which `cluster groups describe` decodes for
+// display.
 
 package tapesv1
 
