@@ -255,3 +255,16 @@ func appendCapped(ids []string, id string) []string {
 	}
 	return ids
 }
+
+// EffectsPerEvent returns the number of effects of each event_id of the
+// sink file at dbPath (records without one are left out), from one
+// consistent snapshot: the experiments compare the whole set of duplicated
+// ids with the records they expect, which Stats lists only the first
+// ListCap of.
+func EffectsPerEvent(ctx context.Context, dbPath string) (map[string]int, error) {
+	_, counts, err := scanEffects(ctx, dbPath)
+	if err != nil {
+		return nil, fmt.Errorf("sink: effects %s: %w", dbPath, err)
+	}
+	return counts, nil
+}
