@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/producer"
+	"github.com/tapes-dev/tapes/internal/schema"
 )
 
 // daemonOpts are producerd's flags.
@@ -37,6 +39,7 @@ type daemonOpts struct {
 	keySpace      int
 	hotShare      float64
 	valueSize     int
+	schemaVersion int
 	retries       int
 	history       string
 	name          string
@@ -90,6 +93,7 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 	fs.IntVar(&o.keySpace, "key-space", 100, "number of distinct entities key-0 ... key-(K-1), the records' keys with --keys on")
 	fs.Float64Var(&o.hotShare, "hot-key-share", 0, "share of records, 0 to 1, that use the hot key key-0 (skews one partition)")
 	fs.IntVar(&o.valueSize, "value-size", 100, "bytes in each record's value")
+	fs.IntVar(&o.schemaVersion, "schema-version", 1, "schema of the values and their schema_version header: 1 (the event id, then '.' padding) or 2 (JSON {\"event_id\",\"entity\",\"pad\"}: id renamed, entity added); see internal/schema")
 	o.sendOpts.addFlags(fs)
 	fs.IntVar(&o.retries, "retries", producer.DefaultRetries, "most times a failed batch is retried (0: never; --idempotent needs at least 1)")
 	fs.StringVar(&o.history, "history", "", "write every record's outcome to this `file`, one JSON line each (see above)")
@@ -119,6 +123,8 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 		return nil, usagef("--hot-key-share %v needs --keys on", o.hotShare)
 	case o.valueSize < 0:
 		return nil, usagef("--value-size %d: want 0 or more bytes", o.valueSize)
+	case !slices.Contains(schema.Known, o.schemaVersion):
+		return nil, usagef("--schema-version %d: want one of %v", o.schemaVersion, schema.Known)
 	case o.retries < 0:
 		return nil, usagef("--retries %d: want 0 or more", o.retries)
 	case o.progress < 0:
@@ -398,16 +404,13 @@ func (d *daemon) makeRecord(n int64, k int) *producer.Record {
 	if o.keys == "on" {
 		key = entity
 	}
-	value := make([]byte, o.valueSize)
-	c := copy(value, id)
-	for i := c; i < len(value); i++ {
-		value[i] = '.'
-	}
+	// A known version and a plain id and entity: Encode cannot fail.
+	value, _ := schema.Encode(o.schemaVersion, schema.Order{EventID: id, Entity: string(entity)}, o.valueSize)
 	return &producer.Record{
 		Key: key, Value: value, Tag: n,
 		Headers: []*tapesv1.Header{
 			{Key: producer.EventIDHeader, Value: []byte(id)},
-			{Key: producer.SchemaVersionHeader, Value: []byte("1")},
+			{Key: producer.SchemaVersionHeader, Value: []byte(strconv.Itoa(o.schemaVersion))},
 			{Key: producer.EntityHeader, Value: entity},
 		},
 	}
