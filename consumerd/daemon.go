@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/producer"
+	"github.com/tapes-dev/tapes/internal/schema"
 	"github.com/tapes-dev/tapes/internal/sink"
 )
 
@@ -30,6 +32,9 @@ type daemon struct {
 	cons *consumer.Consumer
 	sink *sink.Sink
 	hist *consumer.HistoryWriter
+	// dlq takes the records that do not decode; mirror (nil without
+	// --mirror-to) a copy of every record. The loop's goroutine uses both.
+	dlq, mirror copier
 
 	// stopReq is closed by the control endpoint's Stop; finished when the
 	// loop has left the group and flushed everything.
@@ -41,6 +46,7 @@ type daemon struct {
 	// Counters and state for Status (the loop writes, the control
 	// endpoint reads).
 	processed, skipped, commits, commitsFailed, rebalances int64
+	deadLettered                                           int64
 	committed                                              map[int32]int64
 	stopping                                               bool
 	final                                                  *tapesv1.ConsumerStatusResponse
@@ -55,10 +61,14 @@ func newDaemon(o *options, cl *client.Client, logger *slog.Logger, out io.Writer
 		}
 	}
 	if o.sinkPath != "" {
-		if d.sink, err = sink.Open(o.sinkPath, sink.Options{Idempotent: o.idempotentSink}); err != nil {
+		if d.sink, err = sink.Open(o.sinkPath, sink.Options{Idempotent: o.idempotentSink, Window: o.window}); err != nil {
 			d.hist.Close()
 			return nil, fmt.Errorf("--sink %s: %w", o.sinkPath, err)
 		}
+	}
+	d.dlq = newForwarder(cl, logger, o.deadLetterTopic, o.topic, false)
+	if o.mirrorTo != "" {
+		d.mirror = newForwarder(cl, logger, o.mirrorTo, o.topic, true)
 	}
 	d.cons, err = consumer.New(consumer.Config{Client: cl, Group: o.group, Topic: o.topic, ClientID: o.name, Assignor: o.assignor,
 		SessionTimeout: o.sessionTimeout, HeartbeatInterval: o.heartbeatInterval, MaxPollInterval: o.maxPollInterval,
@@ -104,7 +114,8 @@ func (d *daemon) run(ctx context.Context) error {
 		d.log.Info("control endpoint", "address", lis.Addr().String())
 	}
 	d.log.Info("consuming", "group", d.o.group, "topic", d.o.topic, "assignor", d.o.assignor, "commit", d.o.commit,
-		"records_per_poll", d.o.recordsPerPoll, "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink)
+		"records_per_poll", d.o.recordsPerPoll, "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink,
+		"window", d.o.window.String(), "dead_letter_topic", d.o.deadLetterTopic, "mirror_to", d.o.mirrorTo)
 	err := d.waitForTopic(ctx)
 	if err == nil {
 		err = d.loop(ctx)
@@ -117,12 +128,29 @@ func (d *daemon) run(ctx context.Context) error {
 	if cerr := d.cons.Close(cctx); cerr != nil {
 		d.log.Warn("leaving the group", "err", cerr)
 	}
+	for _, f := range []copier{d.dlq, d.mirror} {
+		if f == nil {
+			continue
+		}
+		if ferr := f.Close(cctx); ferr != nil {
+			d.log.Warn("closing a producer", "err", ferr)
+		}
+	}
 	st := d.status()
 	st.State = "stopped"
 	d.mu.Lock()
 	d.final = st
 	d.mu.Unlock()
 	fmt.Fprintf(d.out, "%s: stopped: processed %d records, %d commits (%d failed), %d rebalances\n", d.o.name, st.Processed, st.Commits, st.CommitsFailed, st.Rebalances)
+	d.mu.Lock()
+	dead := d.deadLettered
+	d.mu.Unlock()
+	if dead > 0 {
+		fmt.Fprintf(d.out, "%s: %d records could not be decoded and went to %s\n", d.o.name, dead, d.o.deadLetterTopic)
+	}
+	if d.mirror != nil {
+		fmt.Fprintf(d.out, "%s: %d records copied to %s\n", d.o.name, d.mirror.Sent(), d.o.mirrorTo)
+	}
 	close(d.finished)
 	return err
 }
@@ -223,27 +251,59 @@ func (d *daemon) loop(ctx context.Context) error {
 				d.crash(fmt.Sprintf("--crash-after-records %d reached", d.o.crashAfter))
 			}
 		}
+		// The copies (dead letters, mirror) are acknowledged before any
+		// commit covers their offsets.
+		for _, f := range []copier{d.dlq, d.mirror} {
+			if f != nil {
+				if err := f.Flush(); err != nil {
+					return err
+				}
+			}
+		}
 		if d.o.commit == "after" {
 			d.commit(ctx, d.cons.Positions())
 		}
 	}
 }
 
-// process applies one record's effect and writes its history line.
+// process decodes one record, applies its effect (or sends it to the
+// dead-letter topic), copies it to --mirror-to, and writes its history
+// line.
 func (d *daemon) process(ctx context.Context, gen int32, r consumer.Record) error {
-	eventID, entity := "", ""
+	eventID, entity, version := "", "", ""
 	for _, h := range r.Headers {
 		switch h.Key {
 		case producer.EventIDHeader:
 			eventID = string(h.Value)
 		case producer.EntityHeader:
 			entity = string(h.Value)
+		case producer.SchemaVersionHeader:
+			version = string(h.Value)
 		}
 	}
 	var key *string
 	if r.Key != nil {
 		k := string(r.Key)
 		key, entity = &k, k
+	}
+	if d.mirror != nil {
+		if err := d.mirror.Send(ctx, r.Key, r.Value, r.Headers); err != nil {
+			return err
+		}
+	}
+	p, off, v := r.Partition, r.Offset, string(r.Value)
+	line := consumer.HistoryLine{Type: consumer.HistoryRecord, Consumer: d.o.name, Generation: gen, Topic: r.Topic,
+		Partition: &p, Offset: &off, EventID: &eventID, Key: key, Value: &v}
+	order, derr := schema.Decode(version, r.Value)
+	if derr != nil {
+		if err := d.deadLetter(ctx, r, derr.Error()); err != nil {
+			return err
+		}
+		line.DeadLetter, line.Reason = d.o.deadLetterTopic, derr.Error()
+		return d.hist.Write(line)
+	}
+	if entity == "" {
+		entity = order.Entity
 	}
 	if d.sink != nil {
 		applied, err := d.sink.Apply(ctx, sink.Effect{Consumer: d.o.name, Generation: gen, Topic: r.Topic, Partition: r.Partition,
@@ -257,9 +317,31 @@ func (d *daemon) process(ctx context.Context, gen int32, r consumer.Record) erro
 			d.mu.Unlock()
 		}
 	}
-	p, off, v := r.Partition, r.Offset, string(r.Value)
-	return d.hist.Write(consumer.HistoryLine{Type: consumer.HistoryRecord, Consumer: d.o.name, Generation: gen, Topic: r.Topic,
-		Partition: &p, Offset: &off, EventID: &eventID, Key: key, Value: &v})
+	return d.hist.Write(line)
+}
+
+// Headers a dead letter carries beside the record's own.
+const (
+	// DeadLetterReasonHeader says why the record was not processed.
+	DeadLetterReasonHeader = "dead_letter_reason"
+	// DeadLetterSourceHeader is where it was read: TOPIC/PARTITION@OFFSET.
+	DeadLetterSourceHeader = "dead_letter_source"
+)
+
+// deadLetter sends r to the dead-letter topic with the reason (Flush, at
+// the end of the poll, waits for its acknowledgement).
+func (d *daemon) deadLetter(ctx context.Context, r consumer.Record, reason string) error {
+	headers := append(slices.Clone(r.Headers),
+		&tapesv1.Header{Key: DeadLetterReasonHeader, Value: []byte(reason)},
+		&tapesv1.Header{Key: DeadLetterSourceHeader, Value: []byte(fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset))})
+	if err := d.dlq.Send(ctx, r.Key, r.Value, headers); err != nil {
+		return fmt.Errorf("dead letter: %w", err)
+	}
+	d.mu.Lock()
+	d.deadLettered++
+	d.mu.Unlock()
+	d.log.Warn("record sent to the dead-letter topic", "topic", d.o.deadLetterTopic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+	return nil
 }
 
 // commit commits offsets and records the attempt.

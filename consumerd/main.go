@@ -20,6 +20,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/assign"
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/sink"
 )
 
 // Exit codes.
@@ -64,6 +65,10 @@ type options struct {
 	processTime        time.Duration
 	sinkPath           string
 	idempotentSink     bool
+	windowStr          string
+	window             sink.Window
+	deadLetterTopic    string
+	mirrorTo           string
 	from               string
 	historyPath        string
 	crashAfter         int64
@@ -92,10 +97,22 @@ its effect to the SQLite --sink), and commit, in the order --commit says:
   auto    commit the positions on a timer (--auto-commit-interval), as the Java client does
 With --idempotent-sink the effect and the record's event_id are written in one transaction
 with a unique constraint, so a redelivered record changes nothing (effectively once).
+--idempotent-sink-window N|D keeps only the last N event ids (or those applied less than D ago):
+a redelivery from further back than the window is applied again. The ids that leave the window
+are deleted in the transaction of the effect that pushes them out.
+
+Every record's value is decoded by its schema_version header (versions 1 and 2; none: 1). A
+record of a version this consumer does not know, or whose value does not match its version,
+has no effect: it is written, with its key, value and headers and the header dead_letter_reason,
+to the dead-letter topic (--dead-letter-topic, default TOPIC.dlq, created on first use with
+one partition), acknowledged before the offsets are committed, and its history line says so.
+--mirror-to ARCHIVE copies every record as it is (any version) to the topic ARCHIVE (created
+with the same partition count when missing), also acknowledged before the commit.
 
 --history writes one JSON line per record processed
   {"type":"record","consumer","generation","topic","partition","offset","event_id","key","value","at"}
-and one per commit, assignment change (assigned, revoked, lost) and retention gap.
+(a dead-lettered record's line has "dead_letter":TOPIC and "reason") and one per commit,
+assignment change (assigned, revoked, lost) and retention gap.
 
 A control endpoint (--control-listen) serves tapes.v1.ConsumerControlService: status, pause and
 resume (fetching stops, heartbeats go on), crash (exit at once, mid-batch, without committing
@@ -121,6 +138,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.processTime, "process-time", 0, "time spent processing each record before its effect is applied")
 	fs.StringVar(&o.sinkPath, "sink", "", "SQLite `file` the effects are applied to, shared by the group's consumers (none when empty)")
 	fs.BoolVar(&o.idempotentSink, "idempotent-sink", false, "apply each event_id at most once (effect and event_id in one transaction with a unique constraint)")
+	fs.StringVar(&o.windowStr, "idempotent-sink-window", "", "with --idempotent-sink: keep only the last `N|D` event ids, a count (1000) or an age (30s); none: keep all")
+	fs.StringVar(&o.deadLetterTopic, "dead-letter-topic", "", "topic that records this consumer cannot decode go to, with the reason (default: TOPIC.dlq, created on first use)")
+	fs.StringVar(&o.mirrorTo, "mirror-to", "", "copy every record to this `topic` (an archive; created when missing) before committing its offset")
 	fs.StringVar(&o.from, "from", "earliest", "where to start without a committed offset, or after retention deleted it (auto.offset.reset): earliest or latest")
 	fs.StringVar(&o.historyPath, "history", "", "append one JSON line per record processed, commit and assignment change to this `file` (created if missing; a restarted consumer continues it)")
 	fs.Int64Var(&o.crashAfter, "crash-after-records", 0, "exit at once (code 3) after processing this many records, mid-batch, without committing or leaving (0: never)")
@@ -153,6 +173,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, usagef("--process-time %v: cannot be negative", o.processTime)
 	case o.idempotentSink && o.sinkPath == "":
 		return nil, usagef("--idempotent-sink needs --sink FILE.db")
+	case o.windowStr != "" && !o.idempotentSink:
+		return nil, usagef("--idempotent-sink-window %s needs --idempotent-sink", o.windowStr)
+	case o.mirrorTo != "" && o.mirrorTo == o.topic:
+		return nil, usagef("--mirror-to %s: cannot be --topic itself", o.mirrorTo)
+	case o.deadLetterTopic != "" && o.deadLetterTopic == o.topic:
+		return nil, usagef("--dead-letter-topic %s: cannot be --topic itself", o.deadLetterTopic)
 	case o.from != "earliest" && o.from != "latest":
 		return nil, usagef("--from %q: want earliest or latest", o.from)
 	case o.crashAfter < 0:
@@ -161,6 +187,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, usagef("--session-timeout %v: want a positive duration", o.sessionTimeout)
 	case o.heartbeatInterval < 0 || (o.heartbeatInterval > 0 && o.heartbeatInterval >= o.sessionTimeout):
 		return nil, usagef("--heartbeat-interval %v: want a positive duration below --session-timeout %v", o.heartbeatInterval, o.sessionTimeout)
+	}
+	if o.windowStr != "" {
+		w, err := sink.ParseWindow(o.windowStr)
+		if err != nil {
+			return nil, usagef("--idempotent-sink-window %q: want a positive count of event ids (1000) or a positive duration (30s)", o.windowStr)
+		}
+		o.window = w
+	}
+	if o.deadLetterTopic == "" {
+		o.deadLetterTopic = o.topic + ".dlq"
 	}
 	if _, err := assign.ByName(o.assignor); err != nil {
 		return nil, usagef("--assignor %q: want cooperative-sticky or range", o.assignor)
