@@ -320,20 +320,12 @@ func (d *daemon) process(ctx context.Context, gen int32, r consumer.Record) erro
 	return d.hist.Write(line)
 }
 
-// Headers a dead letter carries beside the record's own.
-const (
-	// DeadLetterReasonHeader says why the record was not processed.
-	DeadLetterReasonHeader = "dead_letter_reason"
-	// DeadLetterSourceHeader is where it was read: TOPIC/PARTITION@OFFSET.
-	DeadLetterSourceHeader = "dead_letter_source"
-)
-
 // deadLetter sends r to the dead-letter topic with the reason (Flush, at
 // the end of the poll, waits for its acknowledgement).
 func (d *daemon) deadLetter(ctx context.Context, r consumer.Record, reason string) error {
 	headers := append(slices.Clone(r.Headers),
-		&tapesv1.Header{Key: DeadLetterReasonHeader, Value: []byte(reason)},
-		&tapesv1.Header{Key: DeadLetterSourceHeader, Value: []byte(fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset))})
+		&tapesv1.Header{Key: schema.DeadLetterReasonHeader, Value: []byte(reason)},
+		&tapesv1.Header{Key: schema.DeadLetterSourceHeader, Value: []byte(fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset))})
 	if err := d.dlq.Send(ctx, r.Key, r.Value, headers); err != nil {
 		return fmt.Errorf("dead letter: %w", err)
 	}

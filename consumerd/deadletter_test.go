@@ -131,10 +131,10 @@ func TestUnknownSchemaGoesToTheDeadLetterTopic(t *testing.T) {
 		{"p-4", "value does not match its schema version", "orders/0@4"},
 	} {
 		hs := dlq.sent[i]
-		if header(hs, producer.EventIDHeader) != want.id || !strings.Contains(header(hs, DeadLetterReasonHeader), want.reason) ||
-			header(hs, DeadLetterSourceHeader) != want.source {
+		if header(hs, producer.EventIDHeader) != want.id || !strings.Contains(header(hs, schema.DeadLetterReasonHeader), want.reason) ||
+			header(hs, schema.DeadLetterSourceHeader) != want.source {
 			t.Errorf("dead letter %d: event_id %q, reason %q, source %q; want %s, %q, %s", i, header(hs, producer.EventIDHeader),
-				header(hs, DeadLetterReasonHeader), header(hs, DeadLetterSourceHeader), want.id, want.reason, want.source)
+				header(hs, schema.DeadLetterReasonHeader), header(hs, schema.DeadLetterSourceHeader), want.id, want.reason, want.source)
 		}
 	}
 	if len(mirror.sent) != len(recs) {

@@ -32,6 +32,16 @@ const Latest = 2
 // Known are the versions Decode reads, oldest first.
 var Known = []int{1, 2}
 
+// Headers consumerd adds to a record it sends to its dead-letter topic,
+// beside the record's own.
+const (
+	// DeadLetterReasonHeader says why the record was not processed (the
+	// Decode error).
+	DeadLetterReasonHeader = "dead_letter_reason"
+	// DeadLetterSourceHeader is where it was read: TOPIC/PARTITION@OFFSET.
+	DeadLetterSourceHeader = "dead_letter_source"
+)
+
 // Errors of Encode and Decode.
 var (
 	// ErrUnknownVersion: the schema_version is not one of Known (or not a
