@@ -72,7 +72,7 @@ func newDaemon(o *options, cl *client.Client, logger *slog.Logger, out io.Writer
 	}
 	d.cons, err = consumer.New(consumer.Config{Client: cl, Group: o.group, Topic: o.topic, ClientID: o.name, Assignor: o.assignor,
 		SessionTimeout: o.sessionTimeout, HeartbeatInterval: o.heartbeatInterval, MaxPollInterval: o.maxPollInterval,
-		From: o.from, Listener: d, Logger: logger})
+		From: o.from, FetchMaxBytes: o.fetchMaxBytes, MaxBuffered: o.maxBuffered, Listener: d, Logger: logger})
 	if err != nil {
 		d.close()
 		return nil, err

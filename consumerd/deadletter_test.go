@@ -28,6 +28,8 @@ func TestWindowAndCopyFlagsAreChecked(t *testing.T) {
 		{[]string{"--idempotent-sink", "--idempotent-sink-window", "0"}, `--idempotent-sink-window "0": want a positive count`},
 		{[]string{"--idempotent-sink", "--idempotent-sink-window", "-3s"}, `--idempotent-sink-window "-3s"`},
 		{[]string{"--idempotent-sink", "--idempotent-sink-window", "soon"}, `--idempotent-sink-window "soon"`},
+		{[]string{"--max-partition-fetch-bytes", "0"}, "--max-partition-fetch-bytes 0"},
+		{[]string{"--max-buffered-records", "-1"}, "--max-buffered-records -1"},
 		{[]string{"--mirror-to", "orders"}, "--mirror-to orders: cannot be --topic itself"},
 		{[]string{"--dead-letter-topic", "orders"}, "--dead-letter-topic orders: cannot be --topic itself"},
 	} {

@@ -69,6 +69,8 @@ type options struct {
 	window             sink.Window
 	deadLetterTopic    string
 	mirrorTo           string
+	fetchMaxBytes      int
+	maxBuffered        int
 	from               string
 	historyPath        string
 	crashAfter         int64
@@ -141,6 +143,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.windowStr, "idempotent-sink-window", "", "with --idempotent-sink: keep only the last `N|D` event ids, a count (1000) or an age (30s); none: keep all")
 	fs.StringVar(&o.deadLetterTopic, "dead-letter-topic", "", "topic that records this consumer cannot decode go to, with the reason (default: TOPIC.dlq, created on first use)")
 	fs.StringVar(&o.mirrorTo, "mirror-to", "", "copy every record to this `topic` (an archive; created when missing) before committing its offset")
+	fs.IntVar(&o.fetchMaxBytes, "max-partition-fetch-bytes", 1<<20, "most bytes one fetch of a partition returns (max.partition.fetch.bytes; a first batch larger than it still comes)")
+	fs.IntVar(&o.maxBuffered, "max-buffered-records", 2000, "most records of a partition fetched ahead of processing: with --max-partition-fetch-bytes, how far a slow consumer reads ahead (and so what retention cannot take from it)")
 	fs.StringVar(&o.from, "from", "earliest", "where to start without a committed offset, or after retention deleted it (auto.offset.reset): earliest or latest")
 	fs.StringVar(&o.historyPath, "history", "", "append one JSON line per record processed, commit and assignment change to this `file` (created if missing; a restarted consumer continues it)")
 	fs.Int64Var(&o.crashAfter, "crash-after-records", 0, "exit at once (code 3) after processing this many records, mid-batch, without committing or leaving (0: never)")
@@ -173,6 +177,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, usagef("--process-time %v: cannot be negative", o.processTime)
 	case o.idempotentSink && o.sinkPath == "":
 		return nil, usagef("--idempotent-sink needs --sink FILE.db")
+	case o.fetchMaxBytes <= 0:
+		return nil, usagef("--max-partition-fetch-bytes %d: want at least 1", o.fetchMaxBytes)
+	case o.maxBuffered <= 0:
+		return nil, usagef("--max-buffered-records %d: want at least 1", o.maxBuffered)
 	case o.windowStr != "" && !o.idempotentSink:
 		return nil, usagef("--idempotent-sink-window %s needs --idempotent-sink", o.windowStr)
 	case o.mirrorTo != "" && o.mirrorTo == o.topic:

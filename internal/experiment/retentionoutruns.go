@@ -19,7 +19,8 @@ func init() {
 	register(&Experiment{
 		Name: "retention-outruns-consumer",
 		About: `A consumer slower than retention. orders keeps records 4 s (retention.ms=4000, segment.bytes=4096);
-a producer writes 800 records at 100/s while consumer-slow processes 25/s into an idempotent sink,
+a producer writes 800 records at 100/s while consumer-slow processes 25/s into an idempotent sink
+(and reads at most 20 records ahead of its processing),
 and a second, fast group (consumer-archive) mirrors orders into the topic orders-archive, whose
 retention is the default. Retention deletes what consumer-slow never read: it reports the exact
 offsets lost (its "gap" history lines) and continues at the log start. Of the three ways out,
@@ -47,11 +48,12 @@ func retentionOutruns(ctx context.Context, e *Env) error {
 	rate := 100
 	n := int(e.Duration.Seconds()) * rate
 	e.Set("producer", fmt.Sprintf("%d records at %d/s", n, rate))
-	e.Set("consumer-slow", "25 records/s (--process-time 40ms)")
+	e.Set("consumer-slow", "25 records/s (--process-time 40ms), 20 records read ahead at most (--max-buffered-records 20)")
 	if err := e.StartConsumer("consumer-archive", consumerArgs(e, "archive", "--mirror-to", "orders-archive")...); err != nil {
 		return err
 	}
-	if err := e.StartConsumer("consumer-slow", consumerArgs(e, "slow", "--sink", e.Sink(), "--idempotent-sink", "--process-time", "40ms", "--records-per-poll", "10")...); err != nil {
+	if err := e.StartConsumer("consumer-slow", consumerArgs(e, "slow", "--sink", e.Sink(), "--idempotent-sink", "--process-time", "40ms", "--records-per-poll", "10",
+		"--max-partition-fetch-bytes", "2048", "--max-buffered-records", "20")...); err != nil {
 		return err
 	}
 	if err := e.Sleep(ctx, 3*time.Second); err != nil { // both groups own orders-0
