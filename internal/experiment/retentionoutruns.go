@@ -19,15 +19,14 @@ func init() {
 	register(&Experiment{
 		Name: "retention-outruns-consumer",
 		About: `A consumer slower than retention. orders keeps records 4 s (retention.ms=4000, segment.bytes=4096);
-a producer writes 800 records at 100/s while consumer-slow processes 25/s into an idempotent sink
-(and reads at most 20 records ahead of its processing),
-and a second, fast group (consumer-archive) mirrors orders into the topic orders-archive, whose
-retention is the default. Retention deletes what consumer-slow never read: it reports the exact
-offsets lost (its "gap" history lines) and continues at the log start. Of the three ways out,
-restore from the archive, rebuild from the source, or report the gap, the first is run: a
-restore group reads orders-archive into the same idempotent sink, which applies exactly the
-records of the gap (every other one is a duplicate and changes nothing). Expect a gap, the
-restore applying exactly its records, and at the end nothing never processed.`,
+a producer writes 100 records/s for --duration (default 800 records) while consumer-slow processes
+25/s into an idempotent sink, reading at most 20 records ahead, and a second, fast group
+(consumer-archive) mirrors orders into orders-archive (default retention). Retention deletes what
+consumer-slow never read: it reports the exact offsets lost (its "gap" history lines) and goes on
+at the log start. Of the three ways out (restore from the archive, rebuild from the source, report
+the gap) the first is run: a restore group reads orders-archive into the same idempotent sink,
+which applies exactly the records of the gaps, every other one being a duplicate. Expect gaps,
+the restore applying exactly their records, and nothing never processed at the end.`,
 		Expect: check.Expectation{Name: "gap restored from the archive", MustBeZero: []string{check.LostWrite, check.Unseen, check.Duplicate,
 			check.InconsistentOffsets, check.NonmonotonicPoll, check.PollSkip, check.DuplicateEffect, check.NeverProcessed}},
 		Duration: 8 * time.Second,
