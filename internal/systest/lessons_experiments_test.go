@@ -8,8 +8,9 @@ import (
 // TestExperimentDedupeWindow: a replay from the start into a sink whose
 // dedupe window (8 s here) is shorter than the replay horizon applies
 // exactly the records older than the window twice; a 5,000-id window
-// covering the replay applies none twice (the experiment's verdict checks
-// both, record by record).
+// covering the replay applies none twice, and a 200-id window every
+// replayed record (the experiment's verdict checks each, record by
+// record).
 func TestExperimentDedupeWindow(t *testing.T) {
 	o := runExperiment(t, "dedupe-window", 8*time.Second)
 	if o.Result.Acked != 600 {
