@@ -156,3 +156,16 @@ func TestUnknownSchemaGoesToTheDeadLetterTopic(t *testing.T) {
 		}
 	}
 }
+
+func TestHelpExplainsWindowsAndCopies(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, &out, &errb); err == nil {
+		t.Fatal("--help returned no error")
+	}
+	for _, want := range []string{"-idempotent-sink-window", "-dead-letter-topic", "TOPIC.dlq", "dead_letter_reason", "-mirror-to",
+		"-max-partition-fetch-bytes", "-max-buffered-records", `"dead_letter":TOPIC`} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("--help does not mention %s", want)
+		}
+	}
+}

@@ -19,6 +19,19 @@ func applyAt(t *testing.T, s *Sink, id string, offset int64, at time.Time) bool 
 	return applied
 }
 
+// openAgeWindow opens a new idempotent sink with a time window of age
+// whose clock reads *now.
+func openAgeWindow(t *testing.T, age time.Duration, now *time.Time) (string, *Sink) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sink.db")
+	s, err := Open(path, Options{Idempotent: true, Window: Window{Age: age}, Now: func() time.Time { return *now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return path, s
+}
+
 // TestWindowCountKeepsTheLastN: with a window of 3 ids, applying a..e
 // leaves c, d, e in processed: a redelivered a is applied again, a
 // redelivered e is not, and processed never holds more than 3 ids.
@@ -60,14 +73,9 @@ func TestWindowCountKeepsTheLastN(t *testing.T) {
 // clock, an id applied 11 s ago is applied again and one applied 5 s ago
 // is not; the cutoff is the record's own apply time.
 func TestWindowAgeKeepsTheYoungIDs(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sink.db")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
-	s, err := Open(path, Options{Idempotent: true, Window: Window{Age: 10 * time.Second}, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	path, s := openAgeWindow(t, 10*time.Second, &now)
 	apply := func(id string, off int64) bool {
 		t.Helper()
 		applied, err := s.Apply(testCtx(t), effect(id, "key-0", off))
@@ -107,14 +115,9 @@ func TestWindowAgeKeepsTheYoungIDs(t *testing.T) {
 // effect's transaction, so a redelivery that is not applied evicts
 // nothing either (nothing half-written).
 func TestWindowEvictionRollsBackWithADuplicate(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sink.db")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
-	s, err := Open(path, Options{Idempotent: true, Window: Window{Age: 10 * time.Second}, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	path, s := openAgeWindow(t, 10*time.Second, &now)
 	applyAt(t, s, "old", 0, t0)
 	now = t0.Add(8 * time.Second)
 	applyAt(t, s, "young", 1, now)
