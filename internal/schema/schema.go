@@ -3,7 +3,8 @@
 //
 //   - version 1: the event id, then '.' up to the value size: one field,
 //     id, and filler. A record without a schema_version header is read
-//     as version 1 (the records written before the header existed).
+//     as version 1 (the records written before the header existed, or by
+//     another program), and any value is a version 1 value.
 //   - version 2: a JSON object {"event_id":ID,"entity":KEY,"pad":"..."}:
 //     v1's id is renamed event_id, entity (the logical key, which version
 //     1 carries only in a header) is added, and pad fills the value up to
@@ -106,11 +107,9 @@ func Decode(header string, value []byte) (Order, error) {
 	}
 	switch version {
 	case 1:
-		id := strings.TrimRight(string(value), ".")
-		if id == "" {
-			return Order{}, fmt.Errorf("%w: version 1 value %q has no id", ErrMalformed, clip(value))
-		}
-		return Order{Version: 1, EventID: id}, nil
+		// Any bytes are a version 1 value (records written by other
+		// programs, without the header, included); the id may be empty.
+		return Order{Version: 1, EventID: strings.TrimRight(string(value), ".")}, nil
 	case 2:
 		var v v2
 		dec := json.NewDecoder(bytes.NewReader(value))
