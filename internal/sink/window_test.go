@@ -153,3 +153,42 @@ func TestOpenRefusesTwoWindows(t *testing.T) {
 		t.Fatal("a window with both a count and an age was accepted")
 	}
 }
+
+// TestVersion1FileIsUpgraded: a sink written by the previous schema (no
+// processed_log) opens with a window: processed_log is added, the ids it
+// already had stay deduplicated (a window never evicts them: they have no
+// place in the log), and new ones are windowed.
+func TestVersion1FileIsUpgraded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sink.db")
+	s := openSink(t, path, true)
+	if _, err := s.Apply(testCtx(t), effect("old", "key-0", 0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DROP TABLE processed_log`, `PRAGMA user_version = 1`} {
+		if _, err := s.db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	w, err := Open(path, Options{Idempotent: true, Window: Window{Count: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var version int
+	if err := w.db.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != SchemaVersion {
+		t.Fatalf("user_version %d (%v), want %d", version, err, SchemaVersion)
+	}
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, id := range []string{"a", "b"} {
+		if !applyAt(t, w, id, int64(i+1), at) {
+			t.Fatalf("%s not applied", id)
+		}
+	}
+	if applyAt(t, w, "old", 0, at) {
+		t.Fatal("the id of the version 1 file was applied again")
+	}
+	if !applyAt(t, w, "a", 1, at) || applyAt(t, w, "a", 1, at) {
+		t.Fatal("a, pushed out of the 1-id window by b, was not applied exactly once more")
+	}
+}
