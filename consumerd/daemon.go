@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/producer"
+	"github.com/tapes-dev/tapes/internal/schema"
 	"github.com/tapes-dev/tapes/internal/sink"
 )
 
@@ -33,6 +35,9 @@ type daemon struct {
 	// reseq is --resequence-salted (nil without): the poll goroutine only
 	// (the loop, and the listener methods Poll calls).
 	reseq *resequencer
+	// dlq takes the records that do not decode; mirror (nil without
+	// --mirror-to) a copy of every record. The loop's goroutine uses both.
+	dlq, mirror copier
 
 	// stopReq is closed by the control endpoint's Stop; finished when the
 	// loop has left the group and flushed everything.
@@ -44,6 +49,7 @@ type daemon struct {
 	// Counters and state for Status (the loop writes, the control
 	// endpoint reads).
 	processed, skipped, commits, commitsFailed, rebalances int64
+	deadLettered                                           int64
 	committed                                              map[int32]int64
 	stopping                                               bool
 	final                                                  *tapesv1.ConsumerStatusResponse
@@ -61,14 +67,18 @@ func newDaemon(o *options, cl *client.Client, logger *slog.Logger, out io.Writer
 		}
 	}
 	if o.sinkPath != "" {
-		if d.sink, err = sink.Open(o.sinkPath, sink.Options{Idempotent: o.idempotentSink}); err != nil {
+		if d.sink, err = sink.Open(o.sinkPath, sink.Options{Idempotent: o.idempotentSink, Window: o.window}); err != nil {
 			d.hist.Close()
 			return nil, fmt.Errorf("--sink %s: %w", o.sinkPath, err)
 		}
 	}
+	d.dlq = newForwarder(cl, logger, o.deadLetterTopic, o.topic, false)
+	if o.mirrorTo != "" {
+		d.mirror = newForwarder(cl, logger, o.mirrorTo, o.topic, true)
+	}
 	d.cons, err = consumer.New(consumer.Config{Client: cl, Group: o.group, Topic: o.topic, ClientID: o.name, Assignor: o.assignor,
 		SessionTimeout: o.sessionTimeout, HeartbeatInterval: o.heartbeatInterval, MaxPollInterval: o.maxPollInterval,
-		From: o.from, Listener: d, Logger: logger})
+		From: o.from, FetchMaxBytes: o.fetchMaxBytes, MaxBuffered: o.maxBuffered, Listener: d, Logger: logger})
 	if err != nil {
 		d.close()
 		return nil, err
@@ -110,7 +120,8 @@ func (d *daemon) run(ctx context.Context) error {
 		d.log.Info("control endpoint", "address", lis.Addr().String())
 	}
 	d.log.Info("consuming", "group", d.o.group, "topic", d.o.topic, "assignor", d.o.assignor, "commit", d.o.commit,
-		"records_per_poll", d.o.recordsPerPoll, "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink)
+		"records_per_poll", d.o.recordsPerPoll, "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink,
+		"window", d.o.window.String(), "dead_letter_topic", d.o.deadLetterTopic, "mirror_to", d.o.mirrorTo)
 	err := d.waitForTopic(ctx)
 	if err == nil {
 		err = d.loop(ctx)
@@ -123,12 +134,29 @@ func (d *daemon) run(ctx context.Context) error {
 	if cerr := d.cons.Close(cctx); cerr != nil {
 		d.log.Warn("leaving the group", "err", cerr)
 	}
+	for _, f := range []copier{d.dlq, d.mirror} {
+		if f == nil {
+			continue
+		}
+		if ferr := f.Close(cctx); ferr != nil {
+			d.log.Warn("closing a producer", "err", ferr)
+		}
+	}
 	st := d.status()
 	st.State = "stopped"
 	d.mu.Lock()
 	d.final = st
 	d.mu.Unlock()
 	fmt.Fprintf(d.out, "%s: stopped: processed %d records, %d commits (%d failed), %d rebalances\n", d.o.name, st.Processed, st.Commits, st.CommitsFailed, st.Rebalances)
+	d.mu.Lock()
+	dead := d.deadLettered
+	d.mu.Unlock()
+	if dead > 0 {
+		fmt.Fprintf(d.out, "%s: %d records could not be decoded and went to %s\n", d.o.name, dead, d.o.deadLetterTopic)
+	}
+	if d.mirror != nil {
+		fmt.Fprintf(d.out, "%s: %d records copied to %s\n", d.o.name, d.mirror.Sent(), d.o.mirrorTo)
+	}
 	close(d.finished)
 	return err
 }
@@ -221,17 +249,18 @@ func (d *daemon) loop(ctx context.Context) error {
 			ready := []consumer.Record{r}
 			if d.reseq != nil {
 				// Read in order; the effects follow in key_seq order.
-				if err := d.record(gen, r); err != nil {
+				if err := d.record(gen, r, deadLetterReason(r)); err != nil {
 					return err
 				}
 				ready = d.reseq.offer(r)
 			}
 			for _, r := range ready {
-				if err := d.apply(ctx, gen, r); err != nil {
+				reason, err := d.apply(ctx, gen, r)
+				if err != nil {
 					return err
 				}
 				if d.reseq == nil {
-					if err := d.record(gen, r); err != nil {
+					if err := d.record(gen, r, reason); err != nil {
 						return err
 					}
 				}
@@ -244,60 +273,119 @@ func (d *daemon) loop(ctx context.Context) error {
 				}
 			}
 		}
+		// The copies (dead letters, mirror) are acknowledged before any
+		// commit covers their offsets.
+		for _, f := range []copier{d.dlq, d.mirror} {
+			if f != nil {
+				if err := f.Flush(); err != nil {
+					return err
+				}
+			}
+		}
 		if d.o.commit == "after" {
 			d.commit(ctx, d.cons.Positions())
 		}
 	}
 }
 
-// apply applies one record's effect to the sink, if any. Its key is the
-// record's entity header (the logical key: a salted key's records share
-// it), else its Kafka key.
-func (d *daemon) apply(ctx context.Context, gen int32, r consumer.Record) error {
-	if d.sink == nil {
-		return nil
-	}
-	eventID, entity := "", ""
+// headersOf returns the record's event id, entity (its logical key: the
+// entity header, else its Kafka key; a salted key's records share it) and
+// schema version.
+func headersOf(r consumer.Record) (eventID, entity, version string) {
 	for _, h := range r.Headers {
 		switch h.Key {
 		case producer.EventIDHeader:
 			eventID = string(h.Value)
 		case producer.EntityHeader:
 			entity = string(h.Value)
+		case producer.SchemaVersionHeader:
+			version = string(h.Value)
 		}
 	}
 	if entity == "" && r.Key != nil {
 		entity = string(r.Key)
 	}
+	return eventID, entity, version
+}
+
+// deadLetterReason is why r cannot have an effect ("" when its value
+// decodes as its schema version says).
+func deadLetterReason(r consumer.Record) string {
+	_, _, version := headersOf(r)
+	if _, err := schema.Decode(version, r.Value); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// apply copies one record to --mirror-to, decodes it, and applies its
+// effect to the sink (or sends it to the dead-letter topic). It returns the
+// dead-letter reason, "" when the record had its effect.
+func (d *daemon) apply(ctx context.Context, gen int32, r consumer.Record) (string, error) {
+	if d.mirror != nil {
+		if err := d.mirror.Send(ctx, r.Key, r.Value, r.Headers); err != nil {
+			return "", err
+		}
+	}
+	eventID, entity, version := headersOf(r)
+	order, derr := schema.Decode(version, r.Value)
+	if derr != nil {
+		if err := d.deadLetter(ctx, r, derr.Error()); err != nil {
+			return "", err
+		}
+		return derr.Error(), nil
+	}
+	if entity == "" {
+		entity = order.Entity
+	}
+	if d.sink == nil {
+		return "", nil
+	}
 	applied, err := d.sink.Apply(ctx, sink.Effect{Consumer: d.o.name, Generation: gen, Topic: r.Topic, Partition: r.Partition,
 		Offset: r.Offset, EventID: eventID, Key: entity, Value: r.Value})
 	if err != nil {
-		return fmt.Errorf("sink: %w", err)
+		return "", fmt.Errorf("sink: %w", err)
 	}
 	if !applied {
 		d.mu.Lock()
 		d.skipped++
 		d.mu.Unlock()
 	}
-	return nil
+	return "", nil
 }
 
-// record writes one record's history line.
-func (d *daemon) record(gen int32, r consumer.Record) error {
-	eventID := ""
-	for _, h := range r.Headers {
-		if h.Key == producer.EventIDHeader {
-			eventID = string(h.Value)
-		}
-	}
+// record writes one record's history line; reason is its dead-letter
+// reason, if it went to the dead-letter topic.
+func (d *daemon) record(gen int32, r consumer.Record, reason string) error {
+	eventID, _, _ := headersOf(r)
 	var key *string
 	if r.Key != nil {
 		k := string(r.Key)
 		key = &k
 	}
 	p, off, v := r.Partition, r.Offset, string(r.Value)
-	return d.hist.Write(consumer.HistoryLine{Type: consumer.HistoryRecord, Consumer: d.o.name, Generation: gen, Topic: r.Topic,
-		Partition: &p, Offset: &off, EventID: &eventID, Key: key, Value: &v})
+	line := consumer.HistoryLine{Type: consumer.HistoryRecord, Consumer: d.o.name, Generation: gen, Topic: r.Topic,
+		Partition: &p, Offset: &off, EventID: &eventID, Key: key, Value: &v}
+	if reason != "" {
+		line.DeadLetter, line.Reason = d.o.deadLetterTopic, reason
+	}
+	return d.hist.Write(line)
+}
+
+// deadLetter sends r to the dead-letter topic with the reason (Flush, at
+// the end of the poll, waits for its acknowledgement).
+func (d *daemon) deadLetter(ctx context.Context, r consumer.Record, reason string) error {
+	headers := append(slices.Clone(r.Headers),
+		&tapesv1.Header{Key: schema.DeadLetterReasonHeader, Value: []byte(reason)},
+		&tapesv1.Header{Key: schema.DeadLetterSourceHeader, Value: []byte(fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset))})
+	if err := d.dlq.Send(ctx, r.Key, r.Value, headers); err != nil {
+		return fmt.Errorf("dead letter: %w", err)
+	}
+	d.mu.Lock()
+	d.deadLettered++
+	d.mu.Unlock()
+	d.log.Warn("record sent to the dead-letter topic", "topic", d.o.deadLetterTopic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+	return nil
 }
 
 // commit commits offsets and records the attempt.

@@ -20,6 +20,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/assign"
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/sink"
 )
 
 // Exit codes.
@@ -65,6 +66,12 @@ type options struct {
 	sinkPath           string
 	idempotentSink     bool
 	resequenceSalted   bool
+	windowStr          string
+	window             sink.Window
+	deadLetterTopic    string
+	mirrorTo           string
+	fetchMaxBytes      int
+	maxBuffered        int
 	from               string
 	historyPath        string
 	crashAfter         int64
@@ -102,9 +109,22 @@ records came from several partitions; commits stay below the records held back. 
 partition the key reaches read by this consumer, from the key's first record on (one consumer
 per group); its record lines are written when a record is read, its effect follows in order.
 
+--idempotent-sink-window N|D keeps only the last N event ids (or those applied less than D ago):
+a redelivery from further back than the window is applied again. The ids that leave the window
+are deleted in the transaction of the effect that pushes them out.
+
+Every record's value is decoded by its schema_version header (versions 1 and 2; none: 1). A
+record of a version this consumer does not know, or whose value does not match its version,
+has no effect: it is written, with its key, value and headers and the header dead_letter_reason,
+to the dead-letter topic (--dead-letter-topic, default TOPIC.dlq, created on first use with
+one partition), acknowledged before the offsets are committed, and its history line says so.
+--mirror-to ARCHIVE copies every record as it is (any version) to the topic ARCHIVE (created
+with the same partition count when missing), also acknowledged before the commit.
+
 --history writes one JSON line per record processed
   {"type":"record","consumer","generation","topic","partition","offset","event_id","key","value","at"}
-and one per commit, assignment change (assigned, revoked, lost) and retention gap.
+(a dead-lettered record's line has "dead_letter":TOPIC and "reason") and one per commit,
+assignment change (assigned, revoked, lost) and retention gap.
 
 A control endpoint (--control-listen) serves tapes.v1.ConsumerControlService: status, pause and
 resume (fetching stops, heartbeats go on), crash (exit at once, mid-batch, without committing
@@ -131,6 +151,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.sinkPath, "sink", "", "SQLite `file` the effects are applied to, shared by the group's consumers (none when empty)")
 	fs.BoolVar(&o.idempotentSink, "idempotent-sink", false, "apply each event_id at most once (effect and event_id in one transaction with a unique constraint)")
 	fs.BoolVar(&o.resequenceSalted, "resequence-salted", false, "apply the records of a salted key (headers salt, key_seq) in key_seq order: hold each back until its predecessors have had their effect")
+	fs.StringVar(&o.windowStr, "idempotent-sink-window", "", "with --idempotent-sink: keep only the last `N|D` event ids, a count (1000) or an age (30s); none: keep all")
+	fs.StringVar(&o.deadLetterTopic, "dead-letter-topic", "", "topic that records this consumer cannot decode go to, with the reason (default: TOPIC.dlq, created on first use)")
+	fs.StringVar(&o.mirrorTo, "mirror-to", "", "copy every record to this `topic` (an archive; created when missing) before committing its offset")
+	fs.IntVar(&o.fetchMaxBytes, "max-partition-fetch-bytes", 1<<20, "most bytes one fetch of a partition returns (max.partition.fetch.bytes; a first batch larger than it still comes)")
+	fs.IntVar(&o.maxBuffered, "max-buffered-records", 2000, "most records of a partition fetched ahead of processing: with --max-partition-fetch-bytes, how far a slow consumer reads ahead (and so what retention cannot take from it)")
 	fs.StringVar(&o.from, "from", "earliest", "where to start without a committed offset, or after retention deleted it (auto.offset.reset): earliest or latest")
 	fs.StringVar(&o.historyPath, "history", "", "append one JSON line per record processed, commit and assignment change to this `file` (created if missing; a restarted consumer continues it)")
 	fs.Int64Var(&o.crashAfter, "crash-after-records", 0, "exit at once (code 3) after processing this many records, mid-batch, without committing or leaving (0: never)")
@@ -163,6 +188,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, usagef("--process-time %v: cannot be negative", o.processTime)
 	case o.idempotentSink && o.sinkPath == "":
 		return nil, usagef("--idempotent-sink needs --sink FILE.db")
+	case o.fetchMaxBytes <= 0:
+		return nil, usagef("--max-partition-fetch-bytes %d: want at least 1", o.fetchMaxBytes)
+	case o.maxBuffered <= 0:
+		return nil, usagef("--max-buffered-records %d: want at least 1", o.maxBuffered)
+	case o.windowStr != "" && !o.idempotentSink:
+		return nil, usagef("--idempotent-sink-window %s needs --idempotent-sink", o.windowStr)
+	case o.mirrorTo != "" && o.mirrorTo == o.topic:
+		return nil, usagef("--mirror-to %s: cannot be --topic itself", o.mirrorTo)
+	case o.deadLetterTopic != "" && o.deadLetterTopic == o.topic:
+		return nil, usagef("--dead-letter-topic %s: cannot be --topic itself", o.deadLetterTopic)
 	case o.from != "earliest" && o.from != "latest":
 		return nil, usagef("--from %q: want earliest or latest", o.from)
 	case o.crashAfter < 0:
@@ -171,6 +206,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, usagef("--session-timeout %v: want a positive duration", o.sessionTimeout)
 	case o.heartbeatInterval < 0 || (o.heartbeatInterval > 0 && o.heartbeatInterval >= o.sessionTimeout):
 		return nil, usagef("--heartbeat-interval %v: want a positive duration below --session-timeout %v", o.heartbeatInterval, o.sessionTimeout)
+	}
+	if o.windowStr != "" {
+		w, err := sink.ParseWindow(o.windowStr)
+		if err != nil {
+			return nil, usagef("--idempotent-sink-window %q: want a positive count of event ids (1000) or a positive duration (30s)", o.windowStr)
+		}
+		o.window = w
+	}
+	if o.deadLetterTopic == "" {
+		o.deadLetterTopic = o.topic + ".dlq"
 	}
 	if _, err := assign.ByName(o.assignor); err != nil {
 		return nil, usagef("--assignor %q: want cooperative-sticky or range", o.assignor)

@@ -88,7 +88,7 @@ func TestEffectsOfASaltedKeyShareItsEntity(t *testing.T) {
 	later, earlier := salted(5, 1, 2, 0), salted(4, 0, 3, 0)
 	later.Key = []byte("key-0#2")
 	for _, r := range []consumer.Record{later, earlier} {
-		if err := d.apply(context.Background(), 1, r); err != nil {
+		if _, err := d.apply(context.Background(), 1, r); err != nil {
 			t.Fatal(err)
 		}
 	}

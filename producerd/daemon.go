@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/producer"
+	"github.com/tapes-dev/tapes/internal/schema"
 )
 
 // daemonOpts are producerd's flags.
@@ -39,6 +41,7 @@ type daemonOpts struct {
 	saltHotKey    int
 	seed          uint64
 	valueSize     int
+	schemaVersion int
 	retries       int
 	history       string
 	name          string
@@ -97,6 +100,7 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 	fs.IntVar(&o.saltHotKey, "salt-hot-key", 0, "spread the hot key over up to `N` partitions: its records get the key key-0#S, S drawn from 0 ... N-1, and the headers salt and key_seq (0: no salting; needs --hot-key-share > 0)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the record generator (keys, hot-key draws, salts): the same seed makes the same key sequence (0: a random seed)")
 	fs.IntVar(&o.valueSize, "value-size", 100, "bytes in each record's value")
+	fs.IntVar(&o.schemaVersion, "schema-version", 1, "schema of the values and their schema_version header: 1 (the event id, then '.' padding) or 2 (JSON {\"event_id\",\"entity\",\"pad\"}: id renamed, entity added); see internal/schema")
 	o.sendOpts.addFlags(fs)
 	fs.IntVar(&o.retries, "retries", producer.DefaultRetries, "most times a failed batch is retried (0: never; --idempotent needs at least 1)")
 	fs.StringVar(&o.history, "history", "", "write every record's outcome to this `file`, one JSON line each (see above)")
@@ -130,6 +134,8 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 		return nil, usagef("--salt-hot-key %d needs --hot-key-share > 0: only the hot key is salted", o.saltHotKey)
 	case o.valueSize < 0:
 		return nil, usagef("--value-size %d: want 0 or more bytes", o.valueSize)
+	case !slices.Contains(schema.Known, o.schemaVersion):
+		return nil, usagef("--schema-version %d: want one of %v", o.schemaVersion, schema.Known)
 	case o.retries < 0:
 		return nil, usagef("--retries %d: want 0 or more", o.retries)
 	case o.progress < 0:
@@ -446,14 +452,11 @@ func (d *daemon) makeRecord(n int64, k, salt int, keySeq int64) *producer.Record
 	if o.keys == "on" {
 		key = entity
 	}
-	value := make([]byte, o.valueSize)
-	c := copy(value, id)
-	for i := c; i < len(value); i++ {
-		value[i] = '.'
-	}
+	// A known version and a plain id and entity: Encode cannot fail.
+	value, _ := schema.Encode(o.schemaVersion, schema.Order{EventID: id, Entity: string(entity)}, o.valueSize)
 	headers := []*tapesv1.Header{
 		{Key: producer.EventIDHeader, Value: []byte(id)},
-		{Key: producer.SchemaVersionHeader, Value: []byte("1")},
+		{Key: producer.SchemaVersionHeader, Value: []byte(strconv.Itoa(o.schemaVersion))},
 		{Key: producer.EntityHeader, Value: entity},
 	}
 	if salt != noSalt {

@@ -40,7 +40,9 @@ type Listener interface {
 	Lost(ctx context.Context, generation int32, tps []TopicPartition, why error)
 	// Gap: the member's position in a partition was below the log start
 	// (retention deleted offsets [from, to)); it continues at to, or at
-	// the end with From "latest".
+	// the end with From "latest". It is called inside Poll once the
+	// records fetched before the gap were returned by earlier Polls, and
+	// before any record after it: in order with the records.
 	Gap(tp TopicPartition, from, to int64, resumeAt int64)
 }
 
@@ -66,8 +68,12 @@ type Config struct {
 	// long poll (default 500ms).
 	FetchMaxBytes int
 	FetchMaxWait  time.Duration
-	Listener      Listener
-	Logger        *slog.Logger
+	// MaxBuffered is how many records of a partition are held, fetched
+	// but not yet polled, before fetching stops (default 2000): with
+	// FetchMaxBytes, how far a slow consumer reads ahead of its processing.
+	MaxBuffered int
+	Listener    Listener
+	Logger      *slog.Logger
 }
 
 // ErrClosed is returned by Poll after Close.
@@ -107,6 +113,9 @@ func (c *Config) validate() error {
 	}
 	if c.FetchMaxWait <= 0 {
 		c.FetchMaxWait = 500 * time.Millisecond
+	}
+	if c.MaxBuffered <= 0 {
+		c.MaxBuffered = defaultMaxBuffered
 	}
 	if c.ClientID == "" {
 		c.ClientID = "consumer"
@@ -178,7 +187,6 @@ const (
 	evAssigned eventKind = iota
 	evRejoin
 	evFenced
-	evGap
 )
 
 type event struct {
@@ -186,9 +194,6 @@ type event struct {
 	generation int32
 	assigned   []TopicPartition
 	err        error
-	// evGap
-	tp                 TopicPartition
-	from, to, resumeAt int64
 }
 
 // assignWarnEvery is the least time between two warnings that the leader
@@ -346,10 +351,14 @@ func (c *Consumer) Poll(ctx context.Context, max int, wait time.Duration) ([]Rec
 }
 
 // take returns up to max buffered records, round-robin over partitions in
-// order, and advances positions.
+// order, and advances positions. A retention gap of a partition is
+// reported to the listener (Gap) when it comes next and none of that
+// partition's records is in this batch: the records before it have been
+// processed by then, those after it come in the next batches.
 func (c *Consumer) take(max int) []Record {
 	var out []Record
 	tps := c.Assigned()
+	taken := map[TopicPartition]bool{}
 	for progress := true; progress && len(out) < max; {
 		progress = false
 		for _, tp := range tps {
@@ -357,10 +366,16 @@ func (c *Consumer) take(max int) []Record {
 			if f == nil {
 				continue
 			}
-			r := f.next(c.positions[tp])
+			r, g := f.next(c.positions[tp], !taken[tp])
+			if g != nil {
+				c.cfg.Listener.Gap(tp, g.from, g.to, g.resumeAt)
+				progress = true
+				continue
+			}
 			if r == nil {
 				continue
 			}
+			taken[tp] = true
 			out = append(out, Record{Topic: tp.Topic, Partition: tp.Partition, Record: r})
 			c.positions[tp] = r.Offset + 1
 			progress = true
@@ -400,10 +415,6 @@ func (c *Consumer) requestJoin() {
 // handle applies one event from the member goroutine.
 func (c *Consumer) handle(ctx context.Context, ev event) {
 	switch ev.kind {
-	case evGap:
-		if _, ok := c.owned[ev.tp]; ok {
-			c.cfg.Listener.Gap(ev.tp, ev.from, ev.to, ev.resumeAt)
-		}
 	case evRejoin:
 		if !c.coop {
 			c.revoke(ctx, c.Assigned())

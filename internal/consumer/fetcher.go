@@ -9,8 +9,9 @@ import (
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
-// maxBuffered is how many records a fetcher holds before it stops fetching.
-const maxBuffered = 2000
+// defaultMaxBuffered is Config.MaxBuffered when zero: how many records a
+// fetcher holds before it stops fetching.
+const defaultMaxBuffered = 2000
 
 // fetcher long-polls one partition's leader from a position and buffers
 // what it reads, until closed.
@@ -22,6 +23,11 @@ type fetcher struct {
 
 	mu  sync.Mutex
 	buf []*tapesv1.Record
+	// gaps are the retention gaps found, oldest first, not yet reported:
+	// each is due once no buffered record lies below its from (the records
+	// fetched before it were taken), so that the listener hears of it
+	// between the records before and after it, in order.
+	gaps []gap
 	// room is signalled when the poll goroutine took records.
 	room chan struct{}
 }
@@ -38,16 +44,30 @@ func (f *fetcher) close() {
 	<-f.done
 }
 
+// gap is a range of offsets [from, to) that retention (or delete-records)
+// deleted before they were read; fetching resumed at resumeAt.
+type gap struct{ from, to, resumeAt int64 }
+
 // next returns the buffered record at offset pos or after it (nil when none
-// is buffered), dropping older ones.
-func (f *fetcher) next(pos int64) *tapesv1.Record {
+// is buffered), dropping older ones; or, when a gap comes first, nothing:
+// the gap itself, removed, if takeGap, else nil and nil (the caller takes
+// it later). Called from the poll goroutine.
+func (f *fetcher) next(pos int64, takeGap bool) (*tapesv1.Record, *gap) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for len(f.buf) > 0 && f.buf[0].Offset < pos {
 		f.buf = f.buf[1:]
 	}
+	if len(f.gaps) > 0 && (len(f.buf) == 0 || f.buf[0].Offset >= f.gaps[0].from) {
+		if !takeGap {
+			return nil, nil
+		}
+		g := f.gaps[0]
+		f.gaps = f.gaps[1:]
+		return nil, &g
+	}
 	if len(f.buf) == 0 {
-		return nil
+		return nil, nil
 	}
 	r := f.buf[0]
 	f.buf = f.buf[1:]
@@ -55,7 +75,7 @@ func (f *fetcher) next(pos int64) *tapesv1.Record {
 	case f.room <- struct{}{}:
 	default:
 	}
-	return r
+	return r, nil
 }
 
 func (f *fetcher) buffered() int {
@@ -75,7 +95,7 @@ func (f *fetcher) run(ctx context.Context, pos int64) {
 				continue
 			}
 		}
-		if f.buffered() >= maxBuffered {
+		if f.buffered() >= c.cfg.MaxBuffered {
 			select {
 			case <-ctx.Done():
 				return
@@ -92,8 +112,15 @@ func (f *fetcher) run(ctx context.Context, pos int64) {
 				resume = hw
 			}
 			if pos < start {
-				// Retention deleted [pos, start): never silently.
-				c.post(event{kind: evGap, tp: f.tp, from: pos, to: start, resumeAt: resume})
+				// Retention deleted [pos, start): never silently, and
+				// reported in order with the records (see next).
+				f.mu.Lock()
+				f.gaps = append(f.gaps, gap{from: pos, to: start, resumeAt: resume})
+				f.mu.Unlock()
+				select {
+				case c.wake <- struct{}{}:
+				default:
+				}
 			} else {
 				c.log.Warn("position beyond the log end; resetting", "partition", f.tp, "position", pos, "log_end", hw, "from", c.cfg.From)
 			}

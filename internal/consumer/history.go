@@ -25,7 +25,9 @@ const (
 // happened. Type says which fields are set:
 //
 //   - "record": a record processed (its effect applied): partition,
-//     offset, event_id, key (null for a keyless record), value;
+//     offset, event_id, key (null for a keyless record), value; with
+//     dead_letter (a topic) and reason, the record could not be decoded
+//     and was written to that dead-letter topic instead of its effect;
 //   - "commit": a commit attempt: offsets (partition -> next offset),
 //     status "ok" or "error" with error (Kafka's name);
 //   - "assigned", "revoked", "lost": an assignment change: partitions;
@@ -52,6 +54,8 @@ type HistoryLine struct {
 	From       *int64    `json:"from,omitempty"`
 	To         *int64    `json:"to,omitempty"`
 	ResumeAt   *int64    `json:"resume_at,omitempty"`
+	DeadLetter string    `json:"dead_letter,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
 	At         time.Time `json:"at"`
 }
 

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tapes-dev/tapes/internal/clitext"
 	"github.com/tapes-dev/tapes/internal/consumer"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
@@ -230,11 +231,8 @@ func (s *Server) waitAssigned(ctx context.Context, group string, members, active
 		if err == nil && d.GetState() == "Stable" && len(d.GetMembers()) == members {
 			n := 0
 			for _, m := range d.GetMembers() {
-				for _, tp := range m.GetAssignment() {
-					if len(tp.GetPartitions()) > 0 {
-						n++
-						break
-					}
+				if tps, err := clitext.MemberPartitions(d, m); err == nil && clitext.CountPartitions(tps) > 0 {
+					n++
 				}
 			}
 			if n == active {

@@ -15,7 +15,22 @@
 // at-least-once delivery, shown rather than hidden. In idempotent mode the
 // same transaction also inserts the record's event_id into processed, whose
 // primary key makes a redelivered record a no-op: the effect and the record
-// having been processed are committed together or not at all. Both modes
+// having been processed are committed together or not at all.
+//
+// A dedupe window (Options.Window) bounds what idempotent mode remembers:
+// the last Count event ids applied, or those applied less than Age ago.
+// Every idempotent apply also appends (event_id, time) to processed_log;
+// the ids that leave the window are deleted from processed and
+// processed_log in the transaction of the effect that pushes them out (the
+// time window before its duplicate check, the count window after its
+// insert), so the window is exact after a crash too. A record whose id
+// left the window is applied again. Note that re-applied records count in
+// a count window: a replay reaching N records back into a window of fewer
+// ids pushes out the younger ones as it goes, and every replayed record is
+// applied twice; a time window keeps the young ids whatever the replay
+// re-applies.
+//
+// Both modes
 // share one schema and may write the same file (the mode belongs to each
 // consumer).
 //
@@ -26,11 +41,13 @@
 //	        generation INTEGER, value BLOB, at TEXT)       -- one row per effect
 //	balances(key TEXT PRIMARY KEY, applied INTEGER)        -- effects per logical key
 //	processed(event_id TEXT PRIMARY KEY)                   -- idempotent mode only
+//	processed_log(n INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT,
+//	        at_ns INTEGER)                                 -- the window's order
 //
 // seq is the apply order across every consumer (writers are serialized by
 // SQLite's write lock). at is UTC, RFC 3339 with microseconds. Records
 // without a logical key ("") leave balances alone. PRAGMA user_version is
-// SchemaVersion.
+// SchemaVersion (2; a version 1 file gets processed_log when opened).
 //
 // # Durability
 //

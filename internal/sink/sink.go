@@ -16,8 +16,10 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version of a sink file this package
-// writes.
-const SchemaVersion = 1
+// writes. Version 2 added processed_log (the dedupe window); a version 1
+// file is upgraded on Open, its processed ids having no place in the log
+// (a window never evicts them).
+const SchemaVersion = 2
 
 // DefaultLockWait is Options.LockWait when it is zero.
 const DefaultLockWait = time.Minute
@@ -45,9 +47,52 @@ type Options struct {
 	// transaction, so that a redelivered record is applied zero times.
 	// Without it every Apply writes an effect.
 	Idempotent bool
+	// Window, in idempotent mode, bounds the event ids kept in processed
+	// (the zero value keeps them all).
+	Window Window
+	// Now is the clock of the time window and of Effect.At when zero
+	// (nil: time.Now). Tests inject it.
+	Now func() time.Time
 	// LockWait bounds how long Open and Apply keep retrying while other
 	// connections hold the database locked (0: DefaultLockWait).
 	LockWait time.Duration
+}
+
+// Window is a dedupe window: in idempotent mode, only the event ids of
+// the last Count records applied, or of those applied less than Age ago,
+// are kept; a record whose id was evicted is applied again. At most one of
+// Count and Age is set; the zero Window keeps every id.
+type Window struct {
+	Count int64
+	Age   time.Duration
+}
+
+// String is the window as consumerd's --idempotent-sink-window spells it
+// ("" for no window).
+func (w Window) String() string {
+	switch {
+	case w.Count > 0:
+		return strconv.FormatInt(w.Count, 10)
+	case w.Age > 0:
+		return w.Age.String()
+	}
+	return ""
+}
+
+// ParseWindow parses --idempotent-sink-window: a count of event ids
+// ("1000") or a duration ("30s"), which must be positive.
+func ParseWindow(s string) (Window, error) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n <= 0 {
+			return Window{}, fmt.Errorf("window %q: want a positive number of event ids or a positive duration", s)
+		}
+		return Window{Count: n}, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return Window{}, fmt.Errorf("window %q: want a positive number of event ids (1000) or a positive duration (30s)", s)
+	}
+	return Window{Age: d}, nil
 }
 
 // Effect is what applying one record writes.
@@ -77,11 +122,18 @@ type Effect struct {
 type Sink struct {
 	db         *sql.DB
 	idempotent bool
+	window     Window
+	now        func() time.Time
 	lockWait   time.Duration
 
 	markProcessed *sql.Stmt
+	logProcessed  *sql.Stmt
 	insertEffect  *sql.Stmt
 	bumpBalance   *sql.Stmt
+	evictCount    *sql.Stmt
+	evictCountLog *sql.Stmt
+	evictAge      *sql.Stmt
+	evictAgeLog   *sql.Stmt
 }
 
 const schema = `
@@ -105,10 +157,23 @@ CREATE TABLE IF NOT EXISTS balances (
 CREATE TABLE IF NOT EXISTS processed (
 	event_id TEXT PRIMARY KEY
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS processed_log (
+	n        INTEGER PRIMARY KEY AUTOINCREMENT,
+	event_id TEXT    NOT NULL,
+	at_ns    INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS processed_log_at ON processed_log(at_ns);
 `
 
 const (
 	markProcessedSQL = `INSERT INTO processed(event_id) VALUES (?) ON CONFLICT DO NOTHING`
+	logProcessedSQL  = `INSERT INTO processed_log(event_id, at_ns) VALUES (?, ?)`
+	// The count window keeps the log entries numbered above the newest
+	// minus Count; the time window those at or after a cutoff.
+	evictCountSQL    = `DELETE FROM processed WHERE event_id IN (SELECT event_id FROM processed_log WHERE n <= ?)`
+	evictCountLogSQL = `DELETE FROM processed_log WHERE n <= ?`
+	evictAgeSQL      = `DELETE FROM processed WHERE event_id IN (SELECT event_id FROM processed_log WHERE at_ns < ?)`
+	evictAgeLogSQL   = `DELETE FROM processed_log WHERE at_ns < ?`
 	insertEffectSQL  = `INSERT INTO effects(event_id, key, topic, "partition", "offset", consumer, generation, value, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	bumpBalanceSQL   = `INSERT INTO balances(key, applied) VALUES (?, 1) ON CONFLICT(key) DO UPDATE SET applied = applied + 1`
 )
@@ -148,7 +213,15 @@ func open(path string, opts Options) (*Sink, error) {
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
-	s := &Sink{db: db, idempotent: opts.Idempotent, lockWait: lockWait}
+	if opts.Window.Count < 0 || opts.Window.Age < 0 || (opts.Window.Count > 0 && opts.Window.Age > 0) {
+		db.Close()
+		return nil, fmt.Errorf("window %+v: want one of a positive count or a positive age", opts.Window)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	s := &Sink{db: db, idempotent: opts.Idempotent, window: opts.Window, now: now, lockWait: lockWait}
 	ctx := context.Background()
 	if err := retryLocked(ctx, s.lockWait, func() error { return createSchema(ctx, db) }); err != nil {
 		db.Close()
@@ -157,7 +230,9 @@ func open(path string, opts Options) (*Sink, error) {
 	for _, p := range []struct {
 		stmt **sql.Stmt
 		sql  string
-	}{{&s.markProcessed, markProcessedSQL}, {&s.insertEffect, insertEffectSQL}, {&s.bumpBalance, bumpBalanceSQL}} {
+	}{{&s.markProcessed, markProcessedSQL}, {&s.logProcessed, logProcessedSQL}, {&s.insertEffect, insertEffectSQL},
+		{&s.bumpBalance, bumpBalanceSQL}, {&s.evictCount, evictCountSQL}, {&s.evictCountLog, evictCountLogSQL},
+		{&s.evictAge, evictAgeSQL}, {&s.evictAgeLog, evictAgeLogSQL}} {
 		if *p.stmt, err = db.PrepareContext(ctx, p.sql); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("prepare: %w", err)
@@ -217,7 +292,7 @@ func createSchema(ctx context.Context, db *sql.DB) (err error) {
 // creation was interrupted has only those).
 func refuseForeignTables(ctx context.Context, tx *sql.Tx) error {
 	rows, err := tx.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table'
-		AND name NOT LIKE 'sqlite\_%' ESCAPE '\' AND name NOT IN ('effects', 'balances', 'processed') ORDER BY name`)
+		AND name NOT LIKE 'sqlite\_%' ESCAPE '\' AND name NOT IN ('effects', 'balances', 'processed', 'processed_log') ORDER BY name`)
 	if err != nil {
 		return fmt.Errorf("list tables: %w", err)
 	}
@@ -245,12 +320,16 @@ func refuseForeignTables(ctx context.Context, tx *sql.Tx) error {
 // mode the same transaction first inserts e.EventID into processed, and a
 // record already there is not applied: Apply then writes nothing and
 // returns false. A record without an event_id is deduplicated by its
-// position instead, as "record:TOPIC/PARTITION/OFFSET". Apply retries while
+// position instead, as "record:TOPIC/PARTITION/OFFSET". With a Window the
+// same transaction evicts the ids that fall out of it: those applied before
+// e.At minus Window.Age (before the check, so that an id older than the
+// window is applied again), or all but the newest Window.Count (after the
+// insert); a crash leaves the window exact. Apply retries while
 // the database is locked (see Options.LockWait) and returns once the
 // transaction is committed. Safe for concurrent use.
 func (s *Sink) Apply(ctx context.Context, e Effect) (applied bool, err error) {
 	if e.At.IsZero() {
-		e.At = time.Now()
+		e.At = s.now()
 	}
 	if e.Value == nil {
 		e.Value = []byte{}
@@ -281,6 +360,11 @@ func (s *Sink) apply(ctx context.Context, e *Effect) (applied bool, err error) {
 		if id == "" {
 			id = "record:" + e.Topic + "/" + strconv.Itoa(int(e.Partition)) + "/" + strconv.FormatInt(e.Offset, 10)
 		}
+		if s.window.Age > 0 {
+			if err := s.evict(ctx, tx, s.evictAge, s.evictAgeLog, e.At.Add(-s.window.Age).UnixNano()); err != nil {
+				return false, err
+			}
+		}
 		res, err := tx.StmtContext(ctx, s.markProcessed).ExecContext(ctx, id)
 		if err != nil {
 			return false, fmt.Errorf("mark processed: %w", err)
@@ -291,6 +375,19 @@ func (s *Sink) apply(ctx context.Context, e *Effect) (applied bool, err error) {
 		}
 		if n == 0 {
 			return false, nil // processed before: a redelivery
+		}
+		res, err = tx.StmtContext(ctx, s.logProcessed).ExecContext(ctx, id, e.At.UnixNano())
+		if err != nil {
+			return false, fmt.Errorf("log processed: %w", err)
+		}
+		if s.window.Count > 0 {
+			last, err := res.LastInsertId()
+			if err != nil {
+				return false, fmt.Errorf("log processed: %w", err)
+			}
+			if err := s.evict(ctx, tx, s.evictCount, s.evictCountLog, last-s.window.Count); err != nil {
+				return false, err
+			}
 		}
 	}
 	if _, err := tx.StmtContext(ctx, s.insertEffect).ExecContext(ctx, e.EventID, e.Key, e.Topic, e.Partition, e.Offset,
@@ -308,9 +405,22 @@ func (s *Sink) apply(ctx context.Context, e *Effect) (applied bool, err error) {
 	return true, nil
 }
 
+// evict deletes, in tx, the processed ids whose log entries match bound
+// (below a number or a time, as the statements say) and those entries.
+func (s *Sink) evict(ctx context.Context, tx *sql.Tx, ids, log *sql.Stmt, bound int64) error {
+	if _, err := tx.StmtContext(ctx, ids).ExecContext(ctx, bound); err != nil {
+		return fmt.Errorf("evict from the window: %w", err)
+	}
+	if _, err := tx.StmtContext(ctx, log).ExecContext(ctx, bound); err != nil {
+		return fmt.Errorf("evict from the window: %w", err)
+	}
+	return nil
+}
+
 // Close closes the connection. Every Apply must have returned.
 func (s *Sink) Close() error {
-	for _, st := range []*sql.Stmt{s.markProcessed, s.insertEffect, s.bumpBalance} {
+	for _, st := range []*sql.Stmt{s.markProcessed, s.logProcessed, s.insertEffect, s.bumpBalance,
+		s.evictCount, s.evictCountLog, s.evictAge, s.evictAgeLog} {
 		if st != nil {
 			st.Close()
 		}

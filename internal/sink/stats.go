@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/tapes-dev/tapes/internal/producer"
 )
@@ -254,4 +255,57 @@ func appendCapped(ids []string, id string) []string {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// EffectsPerEvent returns the number of effects of each event_id of the
+// sink file at dbPath (records without one are left out), from one
+// consistent snapshot: the experiments compare the whole set of duplicated
+// ids with the records they expect, which Stats lists only the first
+// ListCap of.
+func EffectsPerEvent(ctx context.Context, dbPath string) (map[string]int, error) {
+	_, counts, err := scanEffects(ctx, dbPath)
+	if err != nil {
+		return nil, fmt.Errorf("sink: effects %s: %w", dbPath, err)
+	}
+	return counts, nil
+}
+
+// FirstEffects returns, for each event_id of the sink file at dbPath,
+// when its first effect was applied (effects.at; records without an
+// event_id are left out): the dedupe-window experiment compares it with
+// when a replay reached the record.
+func FirstEffects(ctx context.Context, dbPath string) (map[string]time.Time, error) {
+	db, err := openReadOnly(dbPath)
+	if err != nil {
+		return nil, fmt.Errorf("sink: first effects %s: %w", dbPath, err)
+	}
+	defer db.Close()
+	var out map[string]time.Time
+	err = retryLocked(ctx, DefaultLockWait, func() error {
+		out = map[string]time.Time{}
+		rows, err := db.QueryContext(ctx, `SELECT event_id, at FROM effects WHERE event_id != '' ORDER BY seq`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, at string
+			if err := rows.Scan(&id, &at); err != nil {
+				return err
+			}
+			if _, seen := out[id]; seen {
+				continue
+			}
+			t, err := time.Parse(atLayout, at)
+			if err != nil {
+				return fmt.Errorf("effect of %s: at %q: %w", id, at, err)
+			}
+			out[id] = t
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sink: first effects %s: %w", dbPath, err)
+	}
+	return out, nil
 }
