@@ -52,6 +52,7 @@ func run(args []string) error {
 		peers     = fs.String("peers", "", "every broker of the cluster, this one included, as ID=HOST:PORT,... : how this broker reaches each (required)")
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		metrics   = fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics and Go profiles at /debug/pprof/ (e.g. 127.0.0.1:9100; off when empty)")
+		pprofAddr = fs.String("pprof-listen", "", "serve Go's net/http/pprof at http://ADDR/debug/pprof/ on a listener of its own (e.g. 127.0.0.1:6060; off when empty)")
 	)
 	fs.DurationVar(&def.Raft.HeartbeatTimeout, "raft-heartbeat-timeout", def.Raft.HeartbeatTimeout, "Raft heartbeat timeout: a follower that hears nothing for this long starts an election")
 	fs.DurationVar(&def.Raft.ElectionTimeout, "raft-election-timeout", def.Raft.ElectionTimeout, "Raft election timeout (at least the heartbeat timeout)")
@@ -131,6 +132,23 @@ func run(args []string) error {
 		go msrv.Serve(mlis)
 		defer msrv.Close()
 		logger.Info("serving metrics", "url", "http://"+mlis.Addr().String()+"/metrics")
+	}
+	if *pprofAddr != "" {
+		plis, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			b.Shutdown(context.Background())
+			return fmt.Errorf("--pprof-listen %s: %w", *pprofAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		psrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go psrv.Serve(plis)
+		defer psrv.Close()
+		logger.Info("serving pprof", "url", "http://"+plis.Addr().String()+"/debug/pprof/")
 	}
 	select {
 	case err := <-served:
