@@ -46,7 +46,7 @@ func newMetrics(b *Broker) *metrics {
 		&partitionCollector{b: b})
 	for _, k := range storage.FsyncKinds() {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "tapes_fsyncs_total", Help: "fsyncs this broker issued, by what they made durable (raft_log: two per bbolt commit, one more when its file grew).",
+			Name: "tapes_fsyncs_total", Help: "fsyncs this broker issued, by what they made durable (raft_log: two per bbolt commit).",
 			ConstLabels: prometheus.Labels{"kind": k.String()},
 		}, func() float64 { return float64(storage.Fsyncs(k)) }))
 	}
