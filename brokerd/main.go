@@ -119,36 +119,30 @@ func run(args []string) error {
 	served := make(chan error, 1)
 	go func() { served <- b.Serve(lis) }()
 	if *metrics != "" {
-		mlis, err := net.Listen("tcp", *metrics)
-		if err != nil {
-			b.Shutdown(context.Background())
-			return fmt.Errorf("--metrics-listen %s: %w", *metrics, err)
-		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", b.MetricsHandler())
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go msrv.Serve(mlis)
-		defer msrv.Close()
-		logger.Info("serving metrics", "url", "http://"+mlis.Addr().String()+"/metrics")
-	}
-	if *pprofAddr != "" {
-		plis, err := net.Listen("tcp", *pprofAddr)
+		closeHTTP, err := serveHTTP(*metrics, mux, logger, "--metrics-listen", "serving metrics", "/metrics")
 		if err != nil {
 			b.Shutdown(context.Background())
-			return fmt.Errorf("--pprof-listen %s: %w", *pprofAddr, err)
+			return err
 		}
+		defer closeHTTP()
+	}
+	if *pprofAddr != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		psrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go psrv.Serve(plis)
-		defer psrv.Close()
-		logger.Info("serving pprof", "url", "http://"+plis.Addr().String()+"/debug/pprof/")
+		closeHTTP, err := serveHTTP(*pprofAddr, mux, logger, "--pprof-listen", "serving pprof", "/debug/pprof/")
+		if err != nil {
+			b.Shutdown(context.Background())
+			return err
+		}
+		defer closeHTTP()
 	}
 	select {
 	case err := <-served:
@@ -165,6 +159,20 @@ func run(args []string) error {
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// serveHTTP serves mux on addr (the value of flag) in the background and
+// logs msg with the URL of path; the tests read that line for the port of
+// an address ending in :0. It returns the function that closes the server.
+func serveHTTP(addr string, mux *http.ServeMux, logger *slog.Logger, flag, msg, path string) (func() error, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(lis)
+	logger.Info(msg, "url", "http://"+lis.Addr().String()+path)
+	return srv.Close, nil
 }
 
 // listener opens --listen or adopts --listen-fd.
