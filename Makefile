@@ -2,7 +2,8 @@
 #
 #   make cluster   build everything and start a local 3-broker cluster with topic `orders`
 #   make test      format and vet checks, generated-code drift check, every test (-race)
-#   make bench     throughput, latency, failover and idle-CPU figures (minutes)
+#   make bench     throughput, latency, failover and idle-CPU figures, with the disk's fsync
+#                  rate and each broker's fsyncs/s, CPU and profile per row (minutes)
 #   make chaos     every chaos experiment once, then a 10-minute nemesis (reports in .tapes/runs/)
 #   make proto     regenerate internal/gen from proto/ with buf (run through `go run`)
 

@@ -52,6 +52,7 @@ func run(args []string) error {
 		peers     = fs.String("peers", "", "every broker of the cluster, this one included, as ID=HOST:PORT,... : how this broker reaches each (required)")
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		metrics   = fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics and Go profiles at /debug/pprof/ (e.g. 127.0.0.1:9100; off when empty)")
+		pprofAddr = fs.String("pprof-listen", "", "serve Go's net/http/pprof at http://ADDR/debug/pprof/ on a listener of its own (e.g. 127.0.0.1:6060; off when empty)")
 	)
 	fs.DurationVar(&def.Raft.HeartbeatTimeout, "raft-heartbeat-timeout", def.Raft.HeartbeatTimeout, "Raft heartbeat timeout: a follower that hears nothing for this long starts an election")
 	fs.DurationVar(&def.Raft.ElectionTimeout, "raft-election-timeout", def.Raft.ElectionTimeout, "Raft election timeout (at least the heartbeat timeout)")
@@ -126,19 +127,30 @@ func run(args []string) error {
 	served := make(chan error, 1)
 	go func() { served <- b.Serve(lis) }()
 	if *metrics != "" {
-		mlis, err := net.Listen("tcp", *metrics)
-		if err != nil {
-			b.Shutdown(context.Background())
-			return fmt.Errorf("--metrics-listen %s: %w", *metrics, err)
-		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", b.MetricsHandler())
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go msrv.Serve(mlis)
-		defer msrv.Close()
-		logger.Info("serving metrics", "url", "http://"+mlis.Addr().String()+"/metrics")
+		closeHTTP, err := serveHTTP(*metrics, mux, logger, "--metrics-listen", "serving metrics", "/metrics")
+		if err != nil {
+			b.Shutdown(context.Background())
+			return err
+		}
+		defer closeHTTP()
+	}
+	if *pprofAddr != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		closeHTTP, err := serveHTTP(*pprofAddr, mux, logger, "--pprof-listen", "serving pprof", "/debug/pprof/")
+		if err != nil {
+			b.Shutdown(context.Background())
+			return err
+		}
+		defer closeHTTP()
 	}
 	select {
 	case err := <-served:
@@ -155,6 +167,20 @@ func run(args []string) error {
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// serveHTTP serves mux on addr (the value of flag) in the background and
+// logs msg with the URL of path; the tests read that line for the port of
+// an address ending in :0. It returns the function that closes the server.
+func serveHTTP(addr string, mux *http.ServeMux, logger *slog.Logger, flag, msg, path string) (func() error, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(lis)
+	logger.Info(msg, "url", "http://"+lis.Addr().String()+path)
+	return srv.Close, nil
 }
 
 // listener opens --listen or adopts --listen-fd.

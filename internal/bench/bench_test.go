@@ -30,6 +30,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	if rate, p50, p99, where, err := diskFsyncRate(2 * time.Second); err != nil {
+		fmt.Printf("disk: fsync rate not measured: %v\n", err)
+	} else {
+		fmt.Printf("disk: %.0f fsyncs/s (4 KiB write + fsync in a loop for 2 s in %s), p50 %.2f ms, p99 %.2f ms\n",
+			rate, where, float64(p50.Microseconds())/1000, float64(p99.Microseconds())/1000)
+	}
 	code := m.Run()
 	cleanup()
 	os.Exit(code)
@@ -54,10 +60,11 @@ func setting(name string, def int) int {
 	return def
 }
 
-// TestBenchProduce prints records/s, MB/s and batch latency percentiles.
+// TestBenchProduce prints records/s, MB/s and batch latency percentiles,
+// and under each row every broker's fsyncs/s, CPU and top functions.
 func TestBenchProduce(t *testing.T) {
 	needBench(t)
-	e := testcluster.Start(t, binDir, 3, brokerArgs()...)
+	e := testcluster.Start(t, binDir, 3, append(slices.Clone(observeArgs), brokerArgs()...)...)
 	e.CreateTopic("bench1", 1, 3, map[string]string{"min.insync.replicas": "2"})
 	e.CreateTopic("bench6", 6, 3, map[string]string{"min.insync.replicas": "2"})
 	seconds := setting("TAPES_BENCH_SECONDS", 10)
@@ -71,12 +78,15 @@ func TestBenchProduce(t *testing.T) {
 			parts = 6
 		}
 		for _, acks := range []int32{1, -1} {
-			r := runProduce(t, e, topic, parts, acks, recordSize, batchRecords, inflight, time.Duration(seconds)*time.Second)
+			d := time.Duration(seconds) * time.Second
+			o := observe(t, e, d)
+			r := runProduce(t, e, topic, parts, acks, recordSize, batchRecords, inflight, d)
 			name := "1"
 			if acks == -1 {
 				name = "all"
 			}
 			fmt.Printf("%-11d %-5s %12.0f %8.1f %9.2f %9.2f %9.2f %9.2f\n", parts, name, r.recsPerSec, r.mbPerSec, r.p(50), r.p(99), r.p(99.9), r.p(100))
+			o.print()
 		}
 	}
 }

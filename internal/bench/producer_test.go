@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,9 +68,13 @@ func runPerf(t *testing.T, e *testcluster.Env, args ...string) perfResult {
 // TAPES_BENCH_PERF_RECORDS (unthrottled runs' records, default 1,000,000),
 // TAPES_BENCH_BATCH_BYTES (one batch size; default both Kafka's 16384 and
 // 262144), TAPES_BENCH_SECONDS (the throttled run's length, default 10).
+// Under each row: every broker's fsyncs/s and CPU over the row, and the top
+// functions of a CPU profile of its first TAPES_BENCH_PROFILE_SECONDS
+// (default 5).
 func TestBenchProducerPerf(t *testing.T) {
 	needBench(t)
-	e := testcluster.Start(t, binDir, 3, brokerArgs()...)
+	e := testcluster.Start(t, binDir, 3, append(slices.Clone(observeArgs), brokerArgs()...)...)
+	profile := time.Duration(setting("TAPES_BENCH_PROFILE_SECONDS", 5)) * time.Second
 	records := setting("TAPES_BENCH_PERF_RECORDS", 1_000_000)
 	seconds := setting("TAPES_BENCH_SECONDS", 10)
 	batches := []int{16384, 262144}
@@ -94,8 +99,10 @@ func TestBenchProducerPerf(t *testing.T) {
 		e.CreateTopic(topic, 6, 3, map[string]string{"min.insync.replicas": "2"})
 		args := append([]string{"--topic", topic, "--num-records", fmt.Sprint(n), "--record-size", "100",
 			"--batch-bytes", fmt.Sprint(batchBytes), "--reporting-interval", "5s"}, flags...)
+		o := observe(t, e, profile)
 		r := runPerf(t, e, args...)
 		fmt.Printf("%-8d %-24s %12.0f %8.2f %9.1f %9d %9d %9d %9d %9.0f\n", batchBytes, name, r.recsPerSec, r.mbPerSec, r.avgMs, r.p50, r.p95, r.p99, r.p999, r.maxMs)
+		o.print()
 		commands = append(commands, r.command)
 		waitCaughtUp(t, e, topic, 6)
 		// Let the brokers finish what the run left (the page cache's

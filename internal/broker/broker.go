@@ -15,7 +15,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -42,7 +41,7 @@ type Broker struct {
 
 	meta      *metadata.FSM
 	ctrlRaft  *raft.Raft
-	ctrlBolt  *raftboltdb.BoltStore
+	ctrlBolt  *replication.BoltStore
 	ctrlTrans *raftnet.Transport
 
 	observer *raft.Observer
@@ -167,7 +166,7 @@ func (b *Broker) openController() error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("controller dir: %w", err)
 	}
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	bolt, err := replication.OpenBoltStore(filepath.Join(dir, "raft.db"))
 	if err != nil {
 		return fmt.Errorf("controller raft log: %w", err)
 	}

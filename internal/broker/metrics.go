@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/storage"
 )
 
 // metrics are the broker's Prometheus metrics. Request counters are updated
@@ -43,6 +44,12 @@ func newMetrics(b *Broker) *metrics {
 	m.reg.MustRegister(m.produce, m.produceRecords, m.produceSeconds, m.fetch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&partitionCollector{b: b})
+	for _, k := range storage.FsyncKinds() {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tapes_fsyncs_total", Help: "fsyncs this broker issued, by what they made durable (raft_log: two per bbolt commit).",
+			ConstLabels: prometheus.Labels{"kind": k.String()},
+		}, func() float64 { return float64(storage.Fsyncs(k)) }))
+	}
 	return m
 }
 

@@ -13,7 +13,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/storage"
@@ -25,7 +24,7 @@ type Replica struct {
 	log   *storage.Log
 	fsm   *fsm
 	raft  *raft.Raft
-	bolt  *raftboltdb.BoltStore
+	bolt  *BoltStore
 	store *ackingStore
 
 	maxAppend int // raft's MaxAppendEntries
@@ -147,7 +146,7 @@ func Open(cfg Config) (*Replica, error) {
 
 func (r *Replica) startRaft() error {
 	cfg := r.cfg
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+	bolt, err := OpenBoltStore(filepath.Join(cfg.Dir, "raft.db"))
 	if err != nil {
 		return fmt.Errorf("open raft log store: %w", err)
 	}

@@ -350,7 +350,7 @@ func (k *snapSink) finish() error {
 		if err := k.buf.Flush(); err != nil {
 			return err
 		}
-		if err := k.data.Sync(); err != nil {
+		if err := storage.SyncFile(k.data, storage.FsyncSnapshot); err != nil {
 			return err
 		}
 		err := k.data.Close()
@@ -401,7 +401,7 @@ func writeJSONFile(path string, v any) error {
 	}
 	_, err = f.Write(b)
 	if err == nil {
-		err = f.Sync()
+		err = storage.SyncFile(f, storage.FsyncSnapshot)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -59,7 +59,7 @@ func writeCheckpoint(dir string, c checkpoint) error {
 	}
 	_, err = f.Write(append(b, '\n'))
 	if err == nil {
-		err = f.Sync()
+		err = SyncFile(f, FsyncCheckpoint)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -80,7 +80,7 @@ func SyncDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("sync dir: %w", err)
 	}
-	err = d.Sync()
+	err = SyncFile(d, FsyncDir)
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}

@@ -38,4 +38,6 @@
 // Raft replays what a crash lost. Sync (which Snapshot and DeleteBefore call)
 // makes everything appended so far durable. Open repairs what a crash left:
 // it cuts a torn or corrupt tail and rebuilds indexes that do not match.
+// Every fsync of this package goes through SyncFile and is counted by kind
+// (Fsyncs; the broker exports the counts as tapes_fsyncs_total).
 package storage

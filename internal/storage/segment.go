@@ -285,7 +285,7 @@ func (s *segment) sync() error {
 	if !s.dirty {
 		return nil
 	}
-	if err := s.f.Sync(); err != nil {
+	if err := SyncFile(s.f, FsyncSegment); err != nil {
 		return fmt.Errorf("sync %s: %w", s.logPath, err)
 	}
 	s.dirty = false

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -347,4 +348,27 @@ func moduleRoot() (string, error) {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
 	}
 	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+// ServedURL returns the URL broker name last logged as serving what
+// ("metrics" for --metrics-listen, "pprof" for --pprof-listen; give either
+// as 127.0.0.1:0 and the broker logs the port it got), waiting for the line
+// up to 10 s. The last line counts: a restarted broker logs a new one.
+func (e *Env) ServedURL(name, what string) string {
+	e.T.Helper()
+	re := regexp.MustCompile(`"serving ` + regexp.QuoteMeta(what) + `" url=(\S+)`)
+	p, ok := e.C.Process(name)
+	if !ok {
+		e.T.Fatalf("no process %s", name)
+	}
+	var url string
+	e.WaitFor(10*time.Second, "the "+what+" address in "+name+"'s log", func() bool {
+		b, _ := os.ReadFile(p.Log)
+		m := re.FindAllSubmatch(b, -1)
+		if len(m) > 0 {
+			url = string(m[len(m)-1][1])
+		}
+		return len(m) > 0
+	})
+	return url
 }
