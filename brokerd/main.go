@@ -1,8 +1,10 @@
 // Command brokerd runs one tapes broker: it hosts partition replicas (one
 // Raft group each), takes its seat in the controller quorum and serves the
-// client API, all on one gRPC port.
+// client API, all on one gRPC port; with --kafka-listen it also speaks
+// Kafka's wire protocol (PLAINTEXT) to Kafka clients on a port of its own.
 //
 //	brokerd --id 1 --data-dir /var/lib/tapes/1 --listen 10.0.0.1:9092 \
+//	        --kafka-listen 10.0.0.1:9093 \
 //	        --peers 1=10.0.0.1:9092,2=10.0.0.2:9092,3=10.0.0.3:9092
 package main
 
@@ -39,7 +41,7 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("brokerd", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "brokerd: one tapes broker (partition replicas over Raft, controller seat, client API)\n\nUsage:\n  brokerd --id N --data-dir DIR (--listen HOST:PORT | --listen-fd FD) --peers 1=HOST:PORT,...\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "brokerd: one tapes broker (partition replicas over Raft, controller seat, client API)\n\nUsage:\n  brokerd --id N --data-dir DIR (--listen HOST:PORT | --listen-fd FD) --peers 1=HOST:PORT,...\n          [--kafka-listen HOST:PORT | --kafka-listen-fd FD] [--kafka-advertise HOST:PORT]\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	def := broker.DefaultConfig()
@@ -49,6 +51,9 @@ func run(args []string) error {
 		listen    = fs.String("listen", "", "address to serve gRPC on, e.g. 127.0.0.1:9092")
 		listenFD  = fs.Int("listen-fd", -1, "serve on this inherited listening socket instead of --listen (used by `cluster up`)")
 		advertise = fs.String("advertise", "", "address clients dial to reach this broker (default: the listening address)")
+		kListen   = fs.String("kafka-listen", "", "address to serve Kafka's wire protocol on (PLAINTEXT), e.g. 127.0.0.1:9093 (off when empty)")
+		kListenFD = fs.Int("kafka-listen-fd", -1, "serve Kafka's protocol on this inherited listening socket instead of --kafka-listen (used by `cluster up`)")
+		kAdvert   = fs.String("kafka-advertise", "", "HOST:PORT Kafka clients dial to reach this broker, listed in Kafka Metadata (default: the Kafka listening address; required when it is a wildcard)")
 		peers     = fs.String("peers", "", "every broker of the cluster, this one included, as ID=HOST:PORT,... : how this broker reaches each (required)")
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		metrics   = fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics and Go profiles at /debug/pprof/ (e.g. 127.0.0.1:9100; off when empty)")
@@ -100,8 +105,16 @@ func run(args []string) error {
 		}
 		defer lock.Close()
 	}
-	lis, err := listener(*listen, *listenFD)
+	lis, err := listener("listen", *listen, *listenFD)
 	if err != nil {
+		return err
+	}
+	if lis == nil {
+		return errors.New("--listen HOST:PORT (or --listen-fd) is required")
+	}
+	klis, kadvertise, err := kafkaListener(*kListen, *kListenFD, *kAdvert)
+	if err != nil {
+		lis.Close()
 		return err
 	}
 	peerMap, err := broker.ParsePeers(*peers)
@@ -115,17 +128,28 @@ func run(args []string) error {
 	if cfg.Advertise == "" {
 		cfg.Advertise = lis.Addr().String()
 	}
+	cfg.KafkaAdvertise = kadvertise
 	cfg.Peers = peerMap
 	cfg.Logger = logger
 	b, err := broker.New(cfg)
 	if err != nil {
 		lis.Close()
+		if klis != nil {
+			klis.Close()
+		}
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- b.Serve(lis) }()
+	if klis != nil {
+		go func() {
+			if err := b.ServeKafka(klis); err != nil {
+				served <- fmt.Errorf("kafka listener: %w", err)
+			}
+		}()
+	}
 	if *metrics != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", b.MetricsHandler())
@@ -183,28 +207,76 @@ func serveHTTP(addr string, mux *http.ServeMux, logger *slog.Logger, flag, msg, 
 	return srv.Close, nil
 }
 
-// listener opens --listen or adopts --listen-fd.
-func listener(addr string, fd int) (net.Listener, error) {
+// listener opens --NAME or adopts --NAME-fd; nil (and no error) when
+// neither is given.
+func listener(name, addr string, fd int) (net.Listener, error) {
 	switch {
-	case fd >= 0 && addr != "":
-		return nil, errors.New("give --listen or --listen-fd, not both")
+	case fd >= 0 && strings.TrimSpace(addr) != "":
+		return nil, fmt.Errorf("give --%s or --%s-fd, not both", name, name)
 	case fd >= 0:
-		f := os.NewFile(uintptr(fd), "listener")
+		f := os.NewFile(uintptr(fd), name)
 		if f == nil {
-			return nil, fmt.Errorf("--listen-fd %d: not an open file", fd)
+			return nil, fmt.Errorf("--%s-fd %d: not an open file", name, fd)
 		}
 		lis, err := net.FileListener(f)
 		f.Close()
 		if err != nil {
-			return nil, fmt.Errorf("--listen-fd %d: %w", fd, err)
+			return nil, fmt.Errorf("--%s-fd %d: %w", name, fd, err)
 		}
 		return lis, nil
 	case strings.TrimSpace(addr) != "":
 		lis, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, fmt.Errorf("--listen %s: %w", addr, err)
+			return nil, fmt.Errorf("--%s %s: %w", name, addr, err)
 		}
 		return lis, nil
 	}
-	return nil, errors.New("--listen HOST:PORT (or --listen-fd) is required")
+	return nil, nil
+}
+
+// kafkaListener opens the Kafka listener (--kafka-listen or
+// --kafka-listen-fd) and returns it with the address to register
+// (--kafka-advertise, else the bound address). Without a listener it
+// returns nil, "" (Kafka off), or an error if --kafka-advertise was given.
+// A wildcard listening host cannot be dialled, so it needs an explicit
+// --kafka-advertise.
+func kafkaListener(addr string, fd int, advertise string) (net.Listener, string, error) {
+	if advertise != "" {
+		if err := checkKafkaAdvertise(advertise); err != nil {
+			return nil, "", err
+		}
+	}
+	lis, err := listener("kafka-listen", addr, fd)
+	if err != nil || lis == nil {
+		if err == nil && advertise != "" {
+			err = fmt.Errorf("--kafka-advertise %s needs a Kafka listener: give --kafka-listen HOST:PORT", advertise)
+		}
+		return nil, "", err
+	}
+	if advertise != "" {
+		return lis, advertise, nil
+	}
+	bound := lis.Addr().String()
+	if ta, ok := lis.Addr().(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		lis.Close()
+		return nil, "", fmt.Errorf("--kafka-listen %s is a wildcard address (bound %s) that Kafka clients cannot dial: give --kafka-advertise HOST:PORT", addr, bound)
+	}
+	return lis, bound, nil
+}
+
+// checkKafkaAdvertise refuses a --kafka-advertise that Kafka clients could
+// not dial: not HOST:PORT, no host, a wildcard host, or a port outside
+// 1-65535.
+func checkKafkaAdvertise(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("--kafka-advertise %q: want HOST:PORT: %w", a, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("--kafka-advertise %q: the host must be one Kafka clients can dial, not empty or a wildcard", a)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("--kafka-advertise %q: the port must be 1-65535", a)
+	}
+	return nil
 }

@@ -29,20 +29,41 @@ type api struct {
 }
 
 func (a *api) Metadata(ctx context.Context, req *tapesv1.MetadataRequest) (*tapesv1.MetadataResponse, error) {
+	names := req.Topics
+	if len(names) == 0 {
+		names = nil // every topic
+	}
+	resp, err := a.metadata(names)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	if req.IncludeOffsets {
+		a.fillOffsets(ctx, resp)
+	}
+	return resp, nil
+}
+
+// metadata is this broker's view of the cluster for both front ends (gRPC
+// Metadata and Kafka's, kafka.go): every registered broker with its
+// liveness, the controller, and the topics named (nil: every topic; a name
+// that does not exist gets UNKNOWN_TOPIC_OR_PARTITION), with leaders this
+// broker's own replicas know to be newer than the controller's. A broker
+// cut off from the controller quorum answers BROKER_NOT_AVAILABLE: it
+// would answer with what it last knew (old leaders, forever); the error is
+// retriable, so clients ask another broker. Called from request
+// goroutines; it does not block on the network.
+func (a *api) metadata(names []string) (*tapesv1.MetadataResponse, *kerr.Error) {
 	b := a.b
 	if why := b.metadataStale(); why != "" {
-		// A broker cut off from the controller quorum would answer with
-		// what it last knew (old leaders, forever); BROKER_NOT_AVAILABLE
-		// is retriable, so clients ask another broker.
-		return nil, kerr.ToStatus(kerr.New(kerr.BrokerNotAvailable, "broker %d %s: its metadata may be stale; ask another broker", b.cfg.ID, why))
+		return nil, kerr.New(kerr.BrokerNotAvailable, "broker %d %s: its metadata may be stale; ask another broker", b.cfg.ID, why)
 	}
 	resp := &tapesv1.MetadataResponse{ControllerId: int32(b.controllerID()), BrokerId: int32(b.cfg.ID)}
 	b.meta.View(func(s *metadata.State) {
 		for _, id := range s.BrokerIDs() {
-			resp.Brokers = append(resp.Brokers, &tapesv1.BrokerInfo{Id: int32(id), Address: s.Brokers[id].Address})
+			br := s.Brokers[id]
+			resp.Brokers = append(resp.Brokers, &tapesv1.BrokerInfo{Id: int32(id), Address: br.Address, KafkaAddress: br.KafkaAddress})
 		}
-		names := req.Topics
-		if len(names) == 0 {
+		if names == nil {
 			names = s.TopicNames()
 		}
 		for _, n := range names {
@@ -59,9 +80,6 @@ func (a *api) Metadata(ctx context.Context, req *tapesv1.MetadataRequest) (*tape
 		bi.Alive = b.alive(metadata.BrokerID(bi.Id))
 	}
 	a.localLeaders(resp)
-	if req.IncludeOffsets {
-		a.fillOffsets(ctx, resp)
-	}
 	return resp, nil
 }
 

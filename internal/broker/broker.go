@@ -21,6 +21,7 @@ import (
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/group"
+	"github.com/tapes-dev/tapes/internal/kafkawire"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/raftnet"
@@ -76,6 +77,10 @@ type Broker struct {
 	ready        atomic.Bool
 	// requestSeq numbers this run's controller proposals (newRequestID).
 	requestSeq atomic.Uint64
+
+	// kafka is the Kafka front end once ServeKafka runs (nil before or
+	// without a Kafka listener). Guarded by mu; Shutdown closes it first.
+	kafka *kafkawire.Server
 
 	reports *reporter
 	metrics *metrics
@@ -244,7 +249,10 @@ func (b *Broker) Serve(lis net.Listener) error {
 func (b *Broker) Shutdown(ctx context.Context) error {
 	var errs []error
 	b.stopOnce.Do(func() {
+		b.mu.Lock()
 		close(b.stop)
+		b.mu.Unlock()
+		b.closeKafka()
 		stopped := make(chan struct{})
 		go func() { b.grpc.GracefulStop(); close(stopped) }()
 		select {

@@ -20,6 +20,11 @@ type Config struct {
 	DataDir string
 	// Advertise is the address clients dial; registered with the controller.
 	Advertise string
+	// KafkaAdvertise is the HOST:PORT Kafka clients dial to reach this
+	// broker's Kafka listener (ServeKafka); registered with the controller
+	// beside Advertise, so that every broker's Kafka Metadata lists it. ""
+	// when the broker serves no Kafka listener.
+	KafkaAdvertise string
 	// Peers maps every broker of the controller quorum (this one included)
 	// to the address THIS broker uses to reach it. Brokers may see each
 	// other through different addresses (e.g. per-link fault proxies).

@@ -204,9 +204,10 @@ func (b *Broker) registerLoop() {
 	for {
 		var have metadata.Broker
 		b.meta.View(func(s *metadata.State) { have = s.Brokers[b.cfg.ID] })
-		if b.registeredAt.Load() == 0 || have.Address != b.cfg.Advertise {
+		want := metadata.Broker{ID: b.cfg.ID, Address: b.cfg.Advertise, KafkaAddress: b.cfg.KafkaAdvertise}
+		if b.registeredAt.Load() == 0 || have != want {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			res, err := b.propose(ctx, &metadata.Command{Op: metadata.OpRegisterBroker, Broker: &metadata.Broker{ID: b.cfg.ID, Address: b.cfg.Advertise}})
+			res, err := b.propose(ctx, &metadata.Command{Op: metadata.OpRegisterBroker, Broker: &want})
 			if err == nil {
 				err = res.Err()
 			}
@@ -215,7 +216,7 @@ func (b *Broker) registerLoop() {
 			} else {
 				b.registeredAt.CompareAndSwap(0, res.Index)
 				b.waitMeta(ctx, func(s *metadata.State) bool { return s.Index >= res.Index })
-				b.log.Info("registered with the controller", "advertise", b.cfg.Advertise, "index", res.Index)
+				b.log.Info("registered with the controller", "advertise", b.cfg.Advertise, "kafka_advertise", b.cfg.KafkaAdvertise, "index", res.Index)
 				b.nudgeReconcile()
 			}
 			cancel()

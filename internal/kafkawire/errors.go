@@ -44,6 +44,7 @@ var kafkaCodes = map[kerr.Code]*fkerr.Error{
 	kerr.OffsetOutOfRange:             fkerr.OffsetOutOfRange,
 	kerr.CorruptMessage:               fkerr.CorruptMessage,
 	kerr.UnknownTopicOrPartition:      fkerr.UnknownTopicOrPartition,
+	kerr.UnknownTopicID:               fkerr.UnknownTopicID,
 	kerr.LeaderNotAvailable:           fkerr.LeaderNotAvailable,
 	kerr.NotLeaderOrFollower:          fkerr.NotLeaderForPartition,
 	kerr.RequestTimedOut:              fkerr.RequestTimedOut,

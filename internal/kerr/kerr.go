@@ -20,6 +20,7 @@ const (
 	OffsetOutOfRange             Code = "OFFSET_OUT_OF_RANGE"
 	CorruptMessage               Code = "CORRUPT_MESSAGE"
 	UnknownTopicOrPartition      Code = "UNKNOWN_TOPIC_OR_PARTITION"
+	UnknownTopicID               Code = "UNKNOWN_TOPIC_ID"
 	LeaderNotAvailable           Code = "LEADER_NOT_AVAILABLE"
 	NotLeaderOrFollower          Code = "NOT_LEADER_OR_FOLLOWER"
 	RequestTimedOut              Code = "REQUEST_TIMED_OUT"
@@ -85,7 +86,7 @@ func (c Code) Retriable() bool { return retriable[c] }
 // rely on it (they read the detail); it keeps generic gRPC tools meaningful.
 func (c Code) grpcCode() codes.Code {
 	switch c {
-	case UnknownTopicOrPartition, UnknownMemberID, UnknownProducerID, GroupIDNotFound:
+	case UnknownTopicOrPartition, UnknownTopicID, UnknownMemberID, UnknownProducerID, GroupIDNotFound:
 		return codes.NotFound
 	case TopicAlreadyExists:
 		return codes.AlreadyExists

@@ -20,6 +20,10 @@ type Broker struct {
 	ID BrokerID `json:"id"`
 	// Address is the address clients dial (the broker's --advertise).
 	Address string `json:"address"`
+	// KafkaAddress is the HOST:PORT Kafka clients dial (the broker's
+	// --kafka-advertise); "" when the broker serves no Kafka listener, and
+	// in state written before brokers registered one.
+	KafkaAddress string `json:"kafka_address,omitempty"`
 }
 
 // PartitionState is the controller's view of one partition.

@@ -169,7 +169,10 @@ type BrokerInfo struct {
 	// Address clients dial (host:port).
 	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	// Whether the controller currently sees the broker alive (heartbeats).
-	Alive         bool `protobuf:"varint,3,opt,name=alive,proto3" json:"alive,omitempty"`
+	Alive bool `protobuf:"varint,3,opt,name=alive,proto3" json:"alive,omitempty"`
+	// HOST:PORT Kafka clients dial (brokerd --kafka-advertise); empty when
+	// the broker has no Kafka listener.
+	KafkaAddress  string `protobuf:"bytes,4,opt,name=kafka_address,json=kafkaAddress,proto3" json:"kafka_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -223,6 +226,13 @@ func (x *BrokerInfo) GetAlive() bool {
 		return x.Alive
 	}
 	return false
+}
+
+func (x *BrokerInfo) GetKafkaAddress() string {
+	if x != nil {
+		return x.KafkaAddress
+	}
+	return ""
 }
 
 type PartitionMetadata struct {
@@ -1498,12 +1508,13 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\fH\x00R\x03key\x88\x01\x01\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12*\n" +
 	"\aheaders\x18\x05 \x03(\v2\x10.tapes.v1.HeaderR\aheadersB\x06\n" +
-	"\x04_key\"L\n" +
+	"\x04_key\"q\n" +
 	"\n" +
 	"BrokerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
-	"\x05alive\x18\x03 \x01(\bR\x05alive\"\xc3\x02\n" +
+	"\x05alive\x18\x03 \x01(\bR\x05alive\x12#\n" +
+	"\rkafka_address\x18\x04 \x01(\tR\fkafkaAddress\"\xc3\x02\n" +
 	"\x11PartitionMetadata\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\x05R\bleaderId\x12!\n" +
