@@ -288,6 +288,7 @@ func (u *upCommand) printSummary(c *launch.Cluster, topic *tapesv1.TopicMetadata
 		fmt.Fprintf(w, "  %-9s %-21s pid %-7d log %s\n", p.Name, p.Address, p.PID, p.Log)
 	}
 	fmt.Fprintf(w, "bootstrap servers: %s\n", strings.Join(c.Bootstrap(), ","))
+	fmt.Fprintf(w, "kafka bootstrap: %s\n", strings.Join(c.KafkaBootstrap(), ","))
 	if f, err := clusterfile.Read(c.Dir()); err == nil && f.Control != "" {
 		fmt.Fprintf(w, "control endpoint: %s (for chaos)\n", f.Control)
 	}

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -263,5 +265,87 @@ func TestUpBinaryStopsBrokersOnCtrlC(t *testing.T) {
 		if !strings.Contains(string(b), "signal=terminated") || strings.Contains(string(b), "signal=interrupt") {
 			t.Fatalf("%s was not stopped by its launcher alone:\n%s", p.Name, b)
 		}
+	}
+}
+
+// TestUpGivesEveryBrokerAKafkaPort: `up` prints the brokers' Kafka
+// listeners as a bootstrap list, records them in cluster.json, hands each
+// broker its bound socket (a killed broker's port refuses), and a second
+// `up` on the directory binds the same ports again.
+func TestUpGivesEveryBrokerAKafkaPort(t *testing.T) {
+	brokerd := fakeBrokerd(t)
+	dir := t.TempDir()
+	line := regexp.MustCompile(`(?m)^kafka bootstrap: (127\.0\.0\.1:\d+,127\.0\.0\.1:\d+,127\.0\.0\.1:\d+)$`)
+	up := func() (f *clusterfile.File, printed string, stop func()) {
+		var stdout, stderr lockedBuffer
+		show := func() string { return "stdout:\n" + stdout.String() + "\nstderr:\n" + stderr.String() }
+		ctx, interrupt := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- (&upCommand{stdout: &stdout, stderr: &stderr}).Run(ctx,
+				[]string{"--brokers", "3", "--dir", dir, "--brokerd", brokerd, "--timeout", "20s"})
+		}()
+		eventually(t, "the cluster to be ready", func() bool {
+			select {
+			case err := <-done:
+				t.Fatalf("up returned early: %v\n%s", err, show())
+			default:
+			}
+			return strings.Contains(stdout.String(), "Supervising")
+		}, show)
+		m := line.FindStringSubmatch(stdout.String())
+		if m == nil {
+			t.Fatalf("no kafka bootstrap line:\n%s", show())
+		}
+		f, err := clusterfile.Read(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f, m[1], func() {
+			interrupt()
+			if err := <-done; err != nil {
+				t.Fatalf("up after interrupt: %v\n%s", err, show())
+			}
+		}
+	}
+
+	f, printed, stop := up()
+	if f.KafkaBootstrap != printed {
+		t.Fatalf("cluster.json kafka_bootstrap %q, printed %q", f.KafkaBootstrap, printed)
+	}
+	brokers := f.Brokers()
+	var kafka []string
+	for _, p := range brokers {
+		if p.KafkaAddress == "" || p.KafkaAddress == p.Address {
+			t.Fatalf("broker %s: kafka_address %q beside address %q", p.Name, p.KafkaAddress, p.Address)
+		}
+		kafka = append(kafka, p.KafkaAddress)
+	}
+	if got := strings.Join(kafka, ","); got != printed {
+		t.Fatalf("brokers' kafka_address %q, bootstrap %q", got, printed)
+	}
+	// The broker holds the socket it was given: connecting works while it
+	// runs, and is refused once it is killed.
+	c, err := net.DialTimeout("tcp", brokers[0].KafkaAddress, 10*time.Second)
+	if err != nil {
+		t.Fatalf("dial broker-1's Kafka port: %v", err)
+	}
+	c.Close()
+	if err := syscall.Kill(brokers[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "broker-1's Kafka port to refuse", func() bool {
+		c, err := net.DialTimeout("tcp", brokers[0].KafkaAddress, 10*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return errors.Is(err, syscall.ECONNREFUSED)
+	}, func() string { return brokers[0].KafkaAddress })
+	stop()
+
+	f2, printed2, stop2 := up()
+	defer stop2()
+	if printed2 != printed || f2.KafkaBootstrap != printed {
+		t.Fatalf("after a restart: kafka bootstrap %q (cluster.json %q), before %q", printed2, f2.KafkaBootstrap, printed)
 	}
 }

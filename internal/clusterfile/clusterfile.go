@@ -33,8 +33,11 @@ type Process struct {
 	PID int `json:"pid"`
 	// Address is the gRPC address clients dial (host:port).
 	Address string `json:"address"`
-	DataDir string `json:"data_dir,omitempty"`
-	Log     string `json:"log,omitempty"`
+	// KafkaAddress is the broker's Kafka listener (host:port), which Kafka
+	// clients dial; brokers only, absent in files from before it existed.
+	KafkaAddress string `json:"kafka_address,omitempty"`
+	DataDir      string `json:"data_dir,omitempty"`
+	Log          string `json:"log,omitempty"`
 }
 
 // File is the content of cluster.json.
@@ -42,8 +45,11 @@ type File struct {
 	Version int `json:"version"`
 	// Bootstrap is the comma-separated list of broker addresses, as Kafka's
 	// --bootstrap-server takes it.
-	Bootstrap string    `json:"bootstrap"`
-	Processes []Process `json:"processes"`
+	Bootstrap string `json:"bootstrap"`
+	// KafkaBootstrap is the comma-separated list of the brokers' Kafka
+	// listeners, as Kafka clients' bootstrap.servers takes it.
+	KafkaBootstrap string    `json:"kafka_bootstrap,omitempty"`
+	Processes      []Process `json:"processes"`
 	// Control is the address of the launcher's control endpoint
 	// (tapes.v1.ClusterControlService) while `cluster up` runs.
 	Control string `json:"control,omitempty"`

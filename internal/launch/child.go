@@ -31,6 +31,8 @@ type child struct {
 	log     string // DIR/logs/NAME.log
 	addr    string // the address clients dial (brokers only)
 	listen  string // HOST:PORT the launcher binds for it (brokers only)
+	// kafkaAddr and kafkaListen are the same for its Kafka listener.
+	kafkaAddr, kafkaListen string
 	// path, args and env run a non-broker child; env adds to the
 	// launcher's environment.
 	path string
@@ -76,28 +78,64 @@ func (c *Cluster) commandLine(ch *child) (string, []string) {
 		"--id", strconv.Itoa(int(ch.id)),
 		"--data-dir", ch.dataDir,
 		"--listen-fd", "3",
+		"--kafka-listen-fd", "4",
 		"--peers", c.peersOf(ch),
 	}
 	if ch.listen != ch.addr {
 		args = append(args, "--advertise", ch.addr)
 	}
+	if ch.kafkaListen != ch.kafkaAddr {
+		args = append(args, "--kafka-advertise", ch.kafkaAddr)
+	}
 	return c.brokerd, append(args, c.brokerArgs...)
 }
 
-// spawn starts the child: a broker serving on ln, which it hands over as
-// file descriptor 3 (the launcher's copies of the socket are closed whatever
-// happens, so that once the child is gone nothing accepts on the port), or
-// another process (ln nil).
-func (c *Cluster) spawn(ch *child, ln *net.TCPListener) error {
+// brokerListeners are the sockets the launcher binds for one broker before
+// it starts, so that every port is known (and kept across restarts) before
+// any broker runs.
+type brokerListeners struct {
+	grpc, kafka *net.TCPListener
+}
+
+// close closes the launcher's copies; a nil *brokerListeners is none.
+func (l *brokerListeners) close() {
+	if l != nil {
+		l.grpc.Close()
+		l.kafka.Close()
+	}
+}
+
+// bindBroker binds ch's gRPC and Kafka listeners again at the addresses
+// they had (Restart).
+func bindBroker(ch *child) (*brokerListeners, error) {
+	g, _, err := bind(ch.listen)
+	if err != nil {
+		return nil, err
+	}
+	k, _, err := bind(ch.kafkaListen)
+	if err != nil {
+		g.Close()
+		return nil, fmt.Errorf("Kafka listener: %w", err)
+	}
+	return &brokerListeners{grpc: g, kafka: k}, nil
+}
+
+// spawn starts the child: a broker serving on ls, which it hands over as
+// file descriptors 3 (gRPC) and 4 (Kafka) (the launcher's copies of the
+// sockets are closed whatever happens, so that once the child is gone
+// nothing accepts on the ports), or another process (ls nil).
+func (c *Cluster) spawn(ch *child, ls *brokerListeners) error {
 	var extra []*os.File
-	if ln != nil {
-		defer ln.Close()
-		lf, err := ln.File()
-		if err != nil {
-			return fmt.Errorf("launch: %s: pass the listener: %w", ch.name, err)
+	if ls != nil {
+		defer ls.close()
+		for _, ln := range []*net.TCPListener{ls.grpc, ls.kafka} {
+			lf, err := ln.File()
+			if err != nil {
+				return fmt.Errorf("launch: %s: pass the listener: %w", ch.name, err)
+			}
+			defer lf.Close()
+			extra = append(extra, lf)
 		}
-		defer lf.Close()
-		extra = append(extra, lf)
 	}
 	if ch.dataDir != "" {
 		if err := os.MkdirAll(ch.dataDir, 0o755); err != nil {
@@ -111,7 +149,7 @@ func (c *Cluster) spawn(ch *child, ln *net.TCPListener) error {
 	defer logf.Close()
 
 	path, args := c.commandLine(ch)
-	c.log.Info("starting "+ch.kind, "name", ch.name, "address", ch.addr)
+	c.log.Info("starting "+ch.kind, "name", ch.name, "address", ch.addr, "kafka_address", ch.kafkaAddr)
 	fmt.Fprintf(logf, "%s launcher: starting %s: %s %s\n", stamp(), ch.name, path, strings.Join(args, " "))
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -313,9 +351,9 @@ func (c *Cluster) Restart(name string) error {
 				return err
 			}
 		}
-		var ln *net.TCPListener
+		var ls *brokerListeners
 		if ch.kind == "broker" {
-			if ln, _, err = bind(ch.listen); err != nil {
+			if ls, err = bindBroker(ch); err != nil {
 				return fmt.Errorf("launch: restart %s: bind its address again: %w", name, err)
 			}
 		}
@@ -323,12 +361,10 @@ func (c *Cluster) Restart(name string) error {
 		closed := c.closed
 		c.mu.Unlock()
 		if closed {
-			if ln != nil {
-				ln.Close()
-			}
+			ls.close()
 			return ErrClosed
 		}
-		return c.spawn(ch, ln)
+		return c.spawn(ch, ls)
 	})
 }
 

@@ -141,8 +141,8 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	if c.withLinks {
 		if err := c.brokerLinks(); err != nil {
-			for _, ln := range listeners {
-				ln.Close()
+			for _, ls := range listeners {
+				ls.close()
 			}
 			c.closeLinks()
 			lock.release()
@@ -154,11 +154,11 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			err = c.spawn(ch, listeners[i])
 		} else {
 			err = fmt.Errorf("launch: %w", ctx.Err())
-			listeners[i].Close()
+			listeners[i].close()
 		}
 		if err != nil {
-			for _, ln := range listeners[i+1:] {
-				ln.Close()
+			for _, ls := range listeners[i+1:] {
+				ls.close()
 			}
 			return nil, errors.Join(err, c.Close())
 		}
@@ -217,59 +217,77 @@ func (c *Cluster) plan(n int) error {
 			dataDir: filepath.Join(c.dir, name),
 			log:     filepath.Join(c.dir, "logs", name+".log"),
 		}
-		ch.proc = clusterfile.Process{Name: name, Kind: "broker", ID: ch.id, Address: p.Address, DataDir: ch.dataDir, Log: ch.log}
+		ch.proc = clusterfile.Process{Name: name, Kind: "broker", ID: ch.id, Address: p.Address, KafkaAddress: p.KafkaAddress, DataDir: ch.dataDir, Log: ch.log}
 		c.children = append(c.children, ch)
 		c.byName[name] = ch
 	}
 	return nil
 }
 
-// bindAll binds every broker's listener: the port it had before when that
-// port can be bound again, else one the kernel chooses. It fixes each
-// broker's address and the --peers value.
-func (c *Cluster) bindAll() ([]*net.TCPListener, error) {
-	var lns []*net.TCPListener
-	fail := func(err error) ([]*net.TCPListener, error) {
-		for _, ln := range lns {
-			ln.Close()
+// bindAll binds every broker's listeners (gRPC and Kafka): the ports they
+// had before when those can be bound again, else ones the kernel chooses.
+// It fixes each broker's addresses and the --peers value.
+func (c *Cluster) bindAll() ([]*brokerListeners, error) {
+	var lss []*brokerListeners
+	fail := func(err error) ([]*brokerListeners, error) {
+		for _, ls := range lss {
+			ls.close()
 		}
 		return nil, err
 	}
 	var peers []string
 	for _, ch := range c.children {
-		var ln *net.TCPListener
-		var addr string
-		var err error
-		if old := ch.proc.Address; old != "" {
-			var want string
-			if want, err = listenAddr(c.host, old); err == nil {
-				ln, addr, err = bind(want)
-			}
-			if err != nil {
-				c.log.Warn("previous port unavailable; broker gets a new one", "name", ch.name, "address", old, "err", err)
-			}
+		g, addr, listen, err := c.bindPort(ch.name, "gRPC", ch.proc.Address)
+		if err != nil {
+			return fail(err)
 		}
-		if ln == nil {
-			if ln, addr, err = bind(net.JoinHostPort(c.host, "0")); err != nil {
-				return fail(fmt.Errorf("launch: listen for %s on %s: %w", ch.name, c.host, err))
-			}
+		k, kaddr, klisten, err := c.bindPort(ch.name, "Kafka", ch.proc.KafkaAddress)
+		if err != nil {
+			g.Close()
+			return fail(err)
 		}
-		if ch.listen, err = listenAddr(c.host, addr); err != nil {
-			ln.Close()
-			return fail(fmt.Errorf("launch: %w", err))
-		}
-		ch.addr = addr
-		ch.proc.Address = addr
-		lns = append(lns, ln)
+		ch.addr, ch.listen, ch.proc.Address = addr, listen, addr
+		ch.kafkaAddr, ch.kafkaListen, ch.proc.KafkaAddress = kaddr, klisten, kaddr
+		lss = append(lss, &brokerListeners{grpc: g, kafka: k})
 		peers = append(peers, strconv.Itoa(int(ch.id))+"="+addr)
 	}
 	c.peers = strings.Join(peers, ",")
-	return lns, nil
+	return lss, nil
+}
+
+// bindPort binds one listener of broker name on the launcher's host: at
+// old's port when old is set and that port can be bound again, else at one
+// the kernel chooses. It returns the listener, the address clients dial and
+// the address to bind again on a restart.
+func (c *Cluster) bindPort(name, what, old string) (*net.TCPListener, string, string, error) {
+	var ln *net.TCPListener
+	var addr string
+	var err error
+	if old != "" {
+		var want string
+		if want, err = listenAddr(c.host, old); err == nil {
+			ln, addr, err = bind(want)
+		}
+		if err != nil {
+			c.log.Warn("previous port unavailable; broker gets a new one", "name", name, "listener", what, "address", old, "err", err)
+		}
+	}
+	if ln == nil {
+		if ln, addr, err = bind(net.JoinHostPort(c.host, "0")); err != nil {
+			return nil, "", "", fmt.Errorf("launch: listen for %s (%s) on %s: %w", name, what, c.host, err)
+		}
+	}
+	listen, err := listenAddr(c.host, addr)
+	if err != nil {
+		ln.Close()
+		return nil, "", "", fmt.Errorf("launch: %w", err)
+	}
+	return ln, addr, listen, nil
 }
 
 // writeFileLocked rewrites DIR/cluster.json from the current state. c.mu held.
 func (c *Cluster) writeFileLocked() error {
-	f := &clusterfile.File{Bootstrap: strings.Join(c.Bootstrap(), ","), Control: c.control}
+	f := &clusterfile.File{Bootstrap: strings.Join(c.Bootstrap(), ","), KafkaBootstrap: strings.Join(c.KafkaBootstrap(), ","), Control: c.control}
 	for _, ch := range c.children {
 		f.Processes = append(f.Processes, ch.proc)
 	}
@@ -295,6 +313,15 @@ func (c *Cluster) Bootstrap() []string {
 	out := make([]string, len(c.children))
 	for i, ch := range c.children {
 		out[i] = ch.addr
+	}
+	return out
+}
+
+// KafkaBootstrap returns the brokers' Kafka addresses in id order.
+func (c *Cluster) KafkaBootstrap() []string {
+	out := make([]string, len(c.children))
+	for i, ch := range c.children {
+		out[i] = ch.kafkaAddr
 	}
 	return out
 }

@@ -61,6 +61,8 @@ func run(args []string) error {
 	listen := fs.String("listen", "", "listen address")
 	listenFD := fs.Int("listen-fd", 0, "inherited listening socket")
 	advertise := fs.String("advertise", "", "address clients dial")
+	kafkaFD := fs.Int("kafka-listen-fd", 0, "inherited Kafka listening socket, held open (not served)")
+	fs.String("kafka-advertise", "", "ignored")
 	peers := fs.String("peers", "", "ID=HOST:PORT,...")
 	fs.String("log-level", "info", "ignored")
 	fs.String("metrics-listen", "", "ignored")
@@ -88,6 +90,17 @@ func run(args []string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("listener: %w", err)
+	}
+	if *kafkaFD > 0 {
+		// Held, not served: the port stays bound while the fake runs
+		// and refuses once it is gone, as brokerd's does.
+		f := os.NewFile(uintptr(*kafkaFD), "kafka listener")
+		kln, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("kafka listener: %w", err)
+		}
+		defer kln.Close()
 	}
 	addr := ln.Addr().String()
 	if *advertise != "" {
