@@ -372,3 +372,17 @@ func (e *Env) ServedURL(name, what string) string {
 	})
 	return url
 }
+
+// KafkaBootstrap returns the brokers' Kafka listeners (HOST:PORT) in id
+// order, as Kafka clients' bootstrap.servers takes them.
+func (e *Env) KafkaBootstrap() []string { return e.C.KafkaBootstrap() }
+
+// KafkaAddress returns broker id's Kafka listener (HOST:PORT).
+func (e *Env) KafkaAddress(id int32) string {
+	e.T.Helper()
+	p, ok := e.C.Process(BrokerName(id))
+	if !ok || p.KafkaAddress == "" {
+		e.T.Fatalf("broker %d has no Kafka address (%+v)", id, p)
+	}
+	return p.KafkaAddress
+}
