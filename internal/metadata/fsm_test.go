@@ -231,3 +231,51 @@ func TestMetricNameCollision(t *testing.T) {
 		t.Fatalf("a-b does not collide: %v", r.Err())
 	}
 }
+
+// TestBrokerKafkaAddress: a registration carries the broker's Kafka address
+// into the state and its snapshots; a broker registering again with a new
+// Kafka address changes the state; a command and a snapshot written before
+// the field existed still load, with no Kafka address.
+func TestBrokerKafkaAddress(t *testing.T) {
+	f := NewFSM()
+	apply(t, f, &Command{Op: OpRegisterBroker, Broker: &Broker{ID: 1, Address: "127.0.0.1:1", KafkaAddress: "127.0.0.1:2"}})
+	apply(t, f, &Command{Op: OpRegisterBroker, Broker: &Broker{ID: 1, Address: "127.0.0.1:1", KafkaAddress: "127.0.0.1:3"}})
+	if got := f.Clone().Brokers[1].KafkaAddress; got != "127.0.0.1:3" {
+		t.Fatalf("kafka address after re-registration = %q", got)
+	}
+	snap, _ := f.Snapshot()
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sink.String(), `"kafka_address":"127.0.0.1:3"`) {
+		t.Fatalf("snapshot lacks the kafka address: %s", sink.String())
+	}
+	g := NewFSM()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Clone().Brokers[1]; got != (Broker{ID: 1, Address: "127.0.0.1:1", KafkaAddress: "127.0.0.1:3"}) {
+		t.Fatalf("restored broker = %+v", got)
+	}
+
+	// Old state: a snapshot and a command without kafka_address.
+	old := strings.ReplaceAll(sink.String(), `,"kafka_address":"127.0.0.1:3"`, "")
+	if old == sink.String() {
+		t.Fatalf("test setup: could not drop the field from %s", old)
+	}
+	h := NewFSM()
+	if err := h.Restore(io.NopCloser(strings.NewReader(old))); err != nil {
+		t.Fatalf("restore of a snapshot without kafka_address: %v", err)
+	}
+	if got := h.Clone().Brokers[1]; got != (Broker{ID: 1, Address: "127.0.0.1:1"}) {
+		t.Fatalf("broker from an old snapshot = %+v", got)
+	}
+	cmd := strings.ReplaceAll(string((&Command{Op: OpRegisterBroker, Broker: &Broker{ID: 2, Address: "127.0.0.1:4"}}).Encode()), "kafka_address", "")
+	if r := h.Apply(&raft.Log{Data: []byte(cmd)}).(*Result); r.Err() != nil {
+		t.Fatalf("old register command: %v", r.Err())
+	}
+	if got := h.Clone().Brokers[2]; got != (Broker{ID: 2, Address: "127.0.0.1:4"}) {
+		t.Fatalf("broker from an old command = %+v", got)
+	}
+}
