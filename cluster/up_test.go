@@ -273,40 +273,21 @@ func TestUpBinaryStopsBrokersOnCtrlC(t *testing.T) {
 // broker its bound socket (a killed broker's port refuses), and a second
 // `up` on the directory binds the same ports again.
 func TestUpGivesEveryBrokerAKafkaPort(t *testing.T) {
-	brokerd := fakeBrokerd(t)
 	dir := t.TempDir()
 	line := regexp.MustCompile(`(?m)^kafka bootstrap: (127\.0\.0\.1:\d+,127\.0\.0\.1:\d+,127\.0\.0\.1:\d+)$`)
 	up := func() (f *clusterfile.File, printed string, stop func()) {
-		var stdout, stderr lockedBuffer
-		show := func() string { return "stdout:\n" + stdout.String() + "\nstderr:\n" + stderr.String() }
-		ctx, interrupt := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- (&upCommand{stdout: &stdout, stderr: &stderr}).Run(ctx,
-				[]string{"--brokers", "3", "--dir", dir, "--brokerd", brokerd, "--timeout", "20s"})
-		}()
-		eventually(t, "the cluster to be ready", func() bool {
-			select {
-			case err := <-done:
-				t.Fatalf("up returned early: %v\n%s", err, show())
-			default:
-			}
-			return strings.Contains(stdout.String(), "Supervising")
-		}, show)
+		stdout, stop := runUp(t, "--brokers", "3", "--dir", dir) // later flags win
 		m := line.FindStringSubmatch(stdout.String())
 		if m == nil {
-			t.Fatalf("no kafka bootstrap line:\n%s", show())
+			stop()
+			t.Fatalf("no kafka bootstrap line:\n%s", stdout)
 		}
 		f, err := clusterfile.Read(dir)
 		if err != nil {
+			stop()
 			t.Fatal(err)
 		}
-		return f, m[1], func() {
-			interrupt()
-			if err := <-done; err != nil {
-				t.Fatalf("up after interrupt: %v\n%s", err, show())
-			}
-		}
+		return f, m[1], stop
 	}
 
 	f, printed, stop := up()
