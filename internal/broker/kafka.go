@@ -94,24 +94,33 @@ func (b *Broker) kafkaMetadata(_ context.Context, r *kafkawire.Request) kafkawir
 		return kafkawire.Close(kerr.New(kerr.BrokerNotAvailable, "%s", why))
 	}
 	var names []string
-	var byID []int // index into req.Topics of topics asked for by id only (v10+)
+	// picks: the distinct entries of req.Topics in order, i for one asked
+	// for by id only (v10+), -1-i for one asked for by name.
+	var picks []int
 	if req.Topics != nil && !(req.Version == 0 && len(req.Topics) == 0) {
+		// Kafka answers each topic once, however often it is asked for.
 		names = []string{}
+		seenName, seenID := map[string]bool{}, map[[16]byte]bool{}
 		for i, t := range req.Topics {
-			if t.Topic == nil {
-				byID = append(byID, i)
-				continue
+			switch {
+			case t.Topic == nil && !seenID[t.TopicID]:
+				seenID[t.TopicID] = true
+				picks = append(picks, i)
+			case t.Topic != nil && !seenName[*t.Topic]:
+				seenName[*t.Topic] = true
+				names = append(names, *t.Topic)
+				picks = append(picks, -1-i)
 			}
-			names = append(names, *t.Topic)
 		}
 	}
 	a := &api{b: b}
 	var view *tapesv1.MetadataResponse
 	var err *kerr.Error
-	if len(byID) > 0 {
-		// Resolve the ids from the whole view, then keep what was asked.
+	if len(picks) > len(names) {
+		// Some by id: resolve them from the whole view, then keep what
+		// was asked, in request order.
 		if view, err = a.metadata(nil); err == nil {
-			view.Topics = pickTopics(view.Topics, req.Topics, byID)
+			view.Topics = pickTopics(view.Topics, req.Topics, picks)
 		}
 	} else {
 		view, err = a.metadata(names)
@@ -123,30 +132,32 @@ func (b *Broker) kafkaMetadata(_ context.Context, r *kafkawire.Request) kafkawir
 }
 
 // pickTopics keeps, in request order, the topics of all (every topic) that
-// were asked for by name or by id (the entries byID of asked); an unknown
-// name gets UNKNOWN_TOPIC_OR_PARTITION, an unknown id UNKNOWN_TOPIC_ID.
-func pickTopics(all []*tapesv1.TopicMetadata, asked []kmsg.MetadataRequestTopic, byID []int) []*tapesv1.TopicMetadata {
+// asked names or identifies (picks as kafkaMetadata builds them: i for
+// asked[i] by id, -1-i for asked[i] by name); an unknown name gets
+// UNKNOWN_TOPIC_OR_PARTITION, an unknown id UNKNOWN_TOPIC_ID.
+func pickTopics(all []*tapesv1.TopicMetadata, asked []kmsg.MetadataRequestTopic, picks []int) []*tapesv1.TopicMetadata {
 	byName := map[string]*tapesv1.TopicMetadata{}
 	byUUID := map[[16]byte]*tapesv1.TopicMetadata{}
 	for _, t := range all {
 		byName[t.Name] = t
 		byUUID[kafkaTopicID(t.TopicId)] = t
 	}
-	isID := map[int]bool{}
-	for _, i := range byID {
-		isID[i] = true
-	}
 	var out []*tapesv1.TopicMetadata
-	for i, t := range asked {
-		switch {
-		case isID[i] && byUUID[t.TopicID] != nil && t.TopicID != [16]byte{}:
-			out = append(out, byUUID[t.TopicID])
-		case isID[i]:
-			out = append(out, &tapesv1.TopicMetadata{Error: kerr.New(kerr.UnknownTopicID, "no topic has id %x", t.TopicID).Detail})
-		case byName[*t.Topic] != nil:
-			out = append(out, byName[*t.Topic])
-		default:
-			out = append(out, &tapesv1.TopicMetadata{Name: *t.Topic, Error: kerr.New(kerr.UnknownTopicOrPartition, "topic %q does not exist", *t.Topic).Detail})
+	for _, i := range picks {
+		if i < 0 {
+			n := *asked[-1-i].Topic
+			if t := byName[n]; t != nil {
+				out = append(out, t)
+			} else {
+				out = append(out, &tapesv1.TopicMetadata{Name: n, Error: kerr.New(kerr.UnknownTopicOrPartition, "topic %q does not exist", n).Detail})
+			}
+			continue
+		}
+		id := asked[i].TopicID
+		if t := byUUID[id]; t != nil && id != [16]byte{} {
+			out = append(out, t)
+		} else {
+			out = append(out, &tapesv1.TopicMetadata{Error: kerr.New(kerr.UnknownTopicID, "no topic has id %x", id).Detail})
 		}
 	}
 	return out

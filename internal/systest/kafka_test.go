@@ -240,6 +240,14 @@ func TestKafkaMetadataVersions(t *testing.T) {
 		}
 	}
 
+	// A name asked for twice is answered once.
+	twice := kmsg.NewPtrMetadataRequest()
+	twice.Version = 4
+	twice.Topics = []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr("orders")}, {Topic: kmsg.StringPtr("orders")}}
+	if r, err := rawKafka(addr, twice); err != nil || !slices.Equal(topics(r.(*kmsg.MetadataResponse)), []string{"orders"}) {
+		t.Fatalf("Metadata v4 for orders twice: %v, %v", r, err)
+	}
+
 	// v12 by topic id: the id the broker gave, and one no topic has.
 	req := kmsg.NewPtrMetadataRequest()
 	req.Version = 12
