@@ -36,13 +36,18 @@ func (a *api) Metadata(ctx context.Context, req *tapesv1.MetadataRequest) (*tape
 		// is retriable, so clients ask another broker.
 		return nil, kerr.ToStatus(kerr.New(kerr.BrokerNotAvailable, "broker %d %s: its metadata may be stale; ask another broker", b.cfg.ID, why))
 	}
+	if req.GetNoTopics() && len(req.GetTopics()) > 0 {
+		return nil, kerr.ToStatus(kerr.New(kerr.InvalidRequest, "metadata request sets no_topics and names %d topics (%q...)", len(req.GetTopics()), req.GetTopics()[0]))
+	}
 	resp := &tapesv1.MetadataResponse{ControllerId: int32(b.controllerID()), BrokerId: int32(b.cfg.ID)}
 	b.meta.View(func(s *metadata.State) {
 		for _, id := range s.BrokerIDs() {
 			resp.Brokers = append(resp.Brokers, &tapesv1.BrokerInfo{Id: int32(id), Address: s.Brokers[id].Address})
 		}
-		names := req.Topics
-		if len(names) == 0 {
+		// Only the topics asked for: the answer's size never depends on
+		// topics the client did not name (issue 15).
+		names := req.GetTopics()
+		if len(names) == 0 && !req.GetNoTopics() {
 			names = s.TopicNames()
 		}
 		for _, n := range names {
