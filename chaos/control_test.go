@@ -14,6 +14,7 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/clusterfile"
 	"github.com/tapes-dev/tapes/internal/launch"
+	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
 // controlCommands are the commands that talk to the control endpoint,
@@ -40,18 +41,6 @@ func clusterDir(t *testing.T, control string, launcherPID int) string {
 		}
 	}
 	return dir
-}
-
-// closedPort returns a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
 }
 
 // deadPID returns the PID of a process that has exited.
@@ -89,7 +78,7 @@ func runEveryControlCommand(t *testing.T, dir, want string) {
 // running and how to start it.
 func TestControlCommandsSayTheLauncherIsGone(t *testing.T) {
 	pid := deadPID(t)
-	dir := clusterDir(t, closedPort(t), pid)
+	dir := clusterDir(t, testcluster.ClosedPort(t), pid)
 	runEveryControlCommand(t, dir, "the launcher of "+dir+" (pid "+strconv.Itoa(pid)+") is not running: start it with `cluster up --dir "+dir+"`")
 }
 
@@ -98,7 +87,7 @@ func TestControlCommandsSayTheLauncherIsGone(t *testing.T) {
 // TCP but never speaks gRPC are each reported as "no control endpoint
 // answers at ADDR", not waited for.
 func TestControlCommandsSayNothingAnswers(t *testing.T) {
-	addr := closedPort(t)
+	addr := testcluster.ClosedPort(t)
 	runEveryControlCommand(t, clusterDir(t, addr, 0), "no control endpoint answers at "+addr)
 
 	silent, err := net.Listen("tcp", "127.0.0.1:0") // never accepts: the kernel completes the handshake, no one answers
