@@ -35,8 +35,16 @@ func register(name, summary string, run func(ctx context.Context, args []string)
 	commands[name] = command{name: name, summary: summary, run: run}
 }
 
-// errUsage marks an error in the command line (exit status 2).
-var errUsage = errors.New("usage")
+// Errors of the chaos commands themselves.
+var (
+	// errUsage marks an error in the command line (exit status 2).
+	errUsage = errors.New("usage")
+	// errNoControl is matched (errors.Is) by dialControl's error when the
+	// launcher of the cluster directory is gone or its control endpoint
+	// does not answer: the command says so at once instead of waiting
+	// for its RPC deadline.
+	errNoControl = errors.New("no control endpoint")
+)
 
 // exitCode is the exit status for a subcommand's error.
 func exitCode(err error) int {

@@ -64,7 +64,7 @@ func (c networkCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cc, closeConn, err := dialControl(*dir)
+	cc, closeConn, err := dialControl(ctx, *dir)
 	if err != nil {
 		return err
 	}

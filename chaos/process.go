@@ -52,7 +52,7 @@ func (c processCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("%w: --for %v: cannot be negative", errUsage, pauseFor)
 	}
 	name := rest[0]
-	cc, closeConn, err := dialControl(*dir)
+	cc, closeConn, err := dialControl(ctx, *dir)
 	if err != nil {
 		return err
 	}

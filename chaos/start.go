@@ -43,7 +43,7 @@ func (s *startCommand) Run(ctx context.Context, args []string) error {
 	if kind != "producer" && kind != "consumer" {
 		return fmt.Errorf("%w: name %q: want producer-N or consumer-N (the kind comes from the name)", errUsage, name)
 	}
-	cc, closeConn, err := dialControl(*dir)
+	cc, closeConn, err := dialControl(ctx, *dir)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,8 @@ type memBroker struct {
 	topics   map[string]*memTopic
 	nextID   uint64
 	produces []*tapesv1.ProduceRequest
+	// metadataRequests are the Metadata requests so far, in order.
+	metadataRequests []*tapesv1.MetadataRequest
 	// onProduce, when set, may reject a produce before it is appended.
 	onProduce func(req *tapesv1.ProduceRequest) error
 	// onFetch, when set, runs before a fetch is answered (without the lock).
@@ -111,9 +113,10 @@ func (b *memBroker) partition(topic string, partition int32) (*memPartition, err
 func (b *memBroker) Metadata(_ context.Context, req *tapesv1.MetadataRequest) (*tapesv1.MetadataResponse, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.metadataRequests = append(b.metadataRequests, proto.Clone(req).(*tapesv1.MetadataRequest))
 	resp := &tapesv1.MetadataResponse{BrokerId: 1, ControllerId: 1, Brokers: []*tapesv1.BrokerInfo{{Id: 1, Address: b.addr, Alive: true}}}
 	names := req.GetTopics()
-	if len(names) == 0 {
+	if len(names) == 0 && !req.GetNoTopics() {
 		for n := range b.topics {
 			names = append(names, n)
 		}
@@ -288,4 +291,13 @@ func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(cmdCtx(t))
 	t.Cleanup(cancel)
 	return ctx, cancel
+}
+
+// requestedMetadata returns the Metadata requests so far and forgets them.
+func (b *memBroker) requestedMetadata() []*tapesv1.MetadataRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.metadataRequests
+	b.metadataRequests = nil
+	return out
 }

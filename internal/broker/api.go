@@ -29,8 +29,16 @@ type api struct {
 }
 
 func (a *api) Metadata(ctx context.Context, req *tapesv1.MetadataRequest) (*tapesv1.MetadataResponse, error) {
-	names := req.Topics
-	if len(names) == 0 {
+	if req.GetNoTopics() && len(req.GetTopics()) > 0 {
+		return nil, kerr.ToStatus(kerr.New(kerr.InvalidRequest, "metadata request sets no_topics and names %d topics (%q...)", len(req.GetTopics()), req.GetTopics()[0]))
+	}
+	// Only the topics asked for: the answer's size never depends on
+	// topics the client did not name (issue 15).
+	names := req.GetTopics()
+	switch {
+	case req.GetNoTopics():
+		names = []string{} // none
+	case len(names) == 0:
 		names = nil // every topic
 	}
 	resp, err := a.metadata(names)
@@ -45,7 +53,8 @@ func (a *api) Metadata(ctx context.Context, req *tapesv1.MetadataRequest) (*tape
 
 // metadata is this broker's view of the cluster for both front ends (gRPC
 // Metadata and Kafka's, kafka.go): every registered broker with its
-// liveness, the controller, and the topics named (nil: every topic; a name
+// liveness, the controller, and the topics named (nil: every topic, empty:
+// none; a name
 // that does not exist gets UNKNOWN_TOPIC_OR_PARTITION), with leaders this
 // broker's own replicas know to be newer than the controller's. A broker
 // cut off from the controller quorum answers BROKER_NOT_AVAILABLE: it

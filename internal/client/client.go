@@ -268,7 +268,7 @@ func (c *Client) DescribeReplicas(ctx context.Context, brokerID int32) (*tapesv1
 func (c *Client) brokerConn(ctx context.Context, brokerID int32) (*grpc.ClientConn, error) {
 	addr, ok := c.meta.brokerAddr(brokerID)
 	if !ok {
-		if err := c.RefreshMetadata(ctx); err != nil {
+		if _, err := c.Brokers(ctx); err != nil {
 			return nil, err
 		}
 		if addr, ok = c.meta.brokerAddr(brokerID); !ok {

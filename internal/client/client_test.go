@@ -63,7 +63,7 @@ func TestNotLeaderHintIsUsedWithoutRefresh(t *testing.T) {
 	fc.setTopic("orders", 4, 1)
 	cl := fc.client()
 	ctx := testCtx(t)
-	if err := cl.RefreshMetadata(ctx); err != nil {
+	if _, _, err := cl.Leader(ctx, "orders", 0); err != nil { // caches orders
 		t.Fatal(err)
 	}
 	// Broker 1 lost leadership to broker 2 at epoch 5; metadata has not
@@ -99,7 +99,7 @@ func TestNotLeaderWithoutNewerHintRefreshesMetadata(t *testing.T) {
 	fc.setTopic("orders", 4, 1)
 	cl := fc.client()
 	ctx := testCtx(t)
-	if err := cl.RefreshMetadata(ctx); err != nil {
+	if _, _, err := cl.Leader(ctx, "orders", 0); err != nil { // caches orders
 		t.Fatal(err)
 	}
 	// Broker 1 knows no leader (-1); the controller already knows broker 3.

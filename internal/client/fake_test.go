@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -27,11 +28,14 @@ type fakeCluster struct {
 	topics  map[string]*tapesv1.TopicMetadata
 	// metadataCalls counts Metadata requests on every broker.
 	metadataCalls atomic.Int64
+	// metadataRequests are those requests, in arrival order (guarded by mu).
+	metadataRequests []*tapesv1.MetadataRequest
 }
 
 type fakeBroker struct {
 	tapesv1.UnimplementedBrokerServiceServer
 	tapesv1.UnimplementedControllerServiceServer
+	tapesv1.UnimplementedGroupServiceServer
 	c    *fakeCluster
 	id   int32
 	addr string
@@ -57,6 +61,7 @@ func newFakeCluster(t *testing.T, brokers int) *fakeCluster {
 		b := &fakeBroker{c: c, id: int32(i), addr: lis.Addr().String(), srv: grpc.NewServer()}
 		tapesv1.RegisterBrokerServiceServer(b.srv, b)
 		tapesv1.RegisterControllerServiceServer(b.srv, b)
+		tapesv1.RegisterGroupServiceServer(b.srv, b)
 		go b.srv.Serve(lis)
 		t.Cleanup(b.srv.Stop)
 		c.brokers = append(c.brokers, b)
@@ -110,12 +115,13 @@ func (b *fakeBroker) Metadata(_ context.Context, req *tapesv1.MetadataRequest) (
 	b.c.metadataCalls.Add(1)
 	b.c.mu.Lock()
 	defer b.c.mu.Unlock()
+	b.c.metadataRequests = append(b.c.metadataRequests, proto.Clone(req).(*tapesv1.MetadataRequest))
 	resp := &tapesv1.MetadataResponse{BrokerId: b.id, ControllerId: 1}
 	for _, o := range b.c.brokers {
 		resp.Brokers = append(resp.Brokers, &tapesv1.BrokerInfo{Id: o.id, Address: o.addr, Alive: true})
 	}
 	names := req.GetTopics()
-	if len(names) == 0 {
+	if len(names) == 0 && !req.GetNoTopics() {
 		for n := range b.c.topics {
 			names = append(names, n)
 		}
@@ -129,6 +135,20 @@ func (b *fakeBroker) Metadata(_ context.Context, req *tapesv1.MetadataRequest) (
 		resp.Topics = append(resp.Topics, proto.Clone(tm).(*tapesv1.TopicMetadata))
 	}
 	return resp, nil
+}
+
+// requestedMetadata returns the Metadata requests so far and forgets them.
+func (c *fakeCluster) requestedMetadata() []*tapesv1.MetadataRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.metadataRequests
+	c.metadataRequests = nil
+	return out
+}
+
+// ListGroups answers that each broker coordinates one group, "g<id>".
+func (b *fakeBroker) ListGroups(context.Context, *tapesv1.ListGroupsRequest) (*tapesv1.ListGroupsResponse, error) {
+	return &tapesv1.ListGroupsResponse{Groups: []*tapesv1.ListedGroup{{GroupId: fmt.Sprintf("g%d", b.id), CoordinatorId: b.id}}}, nil
 }
 
 // notLeader is what a real broker answers when it does not lead the partition.

@@ -202,7 +202,7 @@ func (c *Client) DescribeGroup(ctx context.Context, group string) (*tapesv1.Grou
 // that does not answer is reported in the error, with the groups the others
 // listed.
 func (c *Client) ListGroups(ctx context.Context) ([]*tapesv1.ListedGroup, error) {
-	md, err := c.Metadata(ctx, nil, false)
+	md, err := c.Brokers(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,17 +20,31 @@ type partitionState struct {
 
 // metadataCache holds the cluster view routing relies on. Safe for
 // concurrent use.
+//
+// As in Kafka's clients, the cache holds the topics of interest, not the
+// whole cluster: a topic enters interest on its first lookup (Partitions,
+// Leader), a refresh asks for exactly those topics (for none, brokers
+// only, when there are none), so that what one topic costs never depends
+// on how many others the cluster has (issue 15.1). A topic leaves interest
+// when it is deleted through this client or the cluster says it does not
+// exist; the next lookup brings it back.
 type metadataCache struct {
 	mu      sync.Mutex
 	brokers map[int32]string
 	topics  map[string][]partitionState
-	// fetchedAt is the time of the last full refresh; stale forces the next
+	// interest is the set of topics a refresh asks for.
+	interest map[string]bool
+	// fetchedAt is the time of the last refresh; stale forces the next
 	// lookup to refresh whatever the age.
 	fetchedAt time.Time
 	stale     bool
-	// gen counts full refreshes, so that a caller that saw the cache stale
-	// does not refresh again when another caller just did.
-	gen uint64
+	// gen counts refreshes, so that a caller that saw the cache stale does
+	// not refresh again when another caller just did; covered (or
+	// coveredAll) is what the last refresh answered for, so that a caller
+	// whose topic that refresh did not include still refreshes.
+	gen        uint64
+	covered    map[string]bool
+	coveredAll bool
 	// preferred is the address that answered the last metadata request.
 	preferred string
 }
@@ -36,13 +52,28 @@ type metadataCache struct {
 func (m *metadataCache) init() {
 	m.brokers = map[int32]string{}
 	m.topics = map[string][]partitionState{}
+	m.interest = map[string]bool{}
 }
 
-// absorb stores what a Metadata response says. full means the response
-// lists every topic (a refresh), so topics it omits are gone. A partition
-// whose cached leader came from a hint with a newer epoch keeps it: the
-// answering broker may not have heard of the election yet.
-func (m *metadataCache) absorb(resp *tapesv1.MetadataResponse, full bool) {
+// answerScope says what a Metadata answer covers, for absorb.
+type answerScope int
+
+const (
+	// answerNamed: topics named by a caller of Metadata, or none (brokers
+	// only, for brokerConn and ListGroups): not a refresh.
+	answerNamed answerScope = iota
+	// answerInterest: a refresh of the topics of interest; the cache then
+	// holds exactly the topics the answer lists.
+	answerInterest
+	// answerAll: every topic of the cluster (Metadata with nil topics);
+	// topics it omits are gone.
+	answerAll
+)
+
+// absorb stores what a Metadata response says. A partition whose cached
+// leader came from a hint with a newer epoch keeps it: the answering broker
+// may not have heard of the election yet.
+func (m *metadataCache) absorb(resp *tapesv1.MetadataResponse, scope answerScope) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(resp.GetBrokers()) > 0 {
@@ -53,12 +84,19 @@ func (m *metadataCache) absorb(resp *tapesv1.MetadataResponse, full bool) {
 		m.brokers = brokers
 	}
 	old := m.topics
+	full := scope != answerNamed
 	if full {
 		m.topics = make(map[string][]partitionState, len(resp.GetTopics()))
+		m.covered = make(map[string]bool, len(resp.GetTopics()))
+		m.coveredAll = scope == answerAll
 	}
 	for _, t := range resp.GetTopics() {
+		if full {
+			m.covered[t.GetName()] = true
+		}
 		if t.GetError().GetCode() == string(kerr.UnknownTopicOrPartition) {
 			delete(m.topics, t.GetName())
+			delete(m.interest, t.GetName())
 			continue
 		}
 		parts := make([]partitionState, len(t.GetPartitions()))
@@ -94,10 +132,26 @@ func (m *metadataCache) expired(maxAge time.Duration) (bool, uint64) {
 	return m.stale || m.fetchedAt.IsZero() || time.Since(m.fetchedAt) > maxAge, m.gen
 }
 
-func (m *metadataCache) generation() uint64 {
+// refreshedSince reports whether a refresh that included topic ("": any
+// refresh) completed after the caller saw generation gen.
+func (m *metadataCache) refreshedSince(gen uint64, topic string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.gen
+	return m.gen != gen && (topic == "" || m.coveredAll || m.covered[topic])
+}
+
+// addInterest makes the next refreshes ask for topic.
+func (m *metadataCache) addInterest(topic string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.interest[topic] = true
+}
+
+// interesting lists the topics of interest, sorted.
+func (m *metadataCache) interesting() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.interest))
 }
 
 // partitions returns the partition count of topic, or
@@ -180,12 +234,13 @@ func (m *metadataCache) markStale() {
 	m.stale = true
 }
 
-// dropTopics removes deleted topics.
+// dropTopics removes deleted topics, from the cache and from interest.
 func (m *metadataCache) dropTopics(names []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, n := range names {
 		delete(m.topics, n)
+		delete(m.interest, n)
 	}
 }
 
@@ -230,56 +285,83 @@ func (m *metadataCache) unprefer(addr string) {
 
 // Metadata asks any broker (the last one that answered first, then the
 // others in turn) for brokers, topics and partitions; nil topics means every
-// topic. With includeOffsets the answer carries each partition's high
-// watermark and log start offset. Per-topic problems are in the response
+// topic (for a caller that shows them all, like `cluster topics list`).
+// With includeOffsets the answer carries each partition's high watermark
+// and log start offset. Per-topic problems are in the response
 // (TopicMetadata.Error), not in the error. The answer also updates the
-// cache.
+// cache; the named topics do not become topics of interest.
 func (c *Client) Metadata(ctx context.Context, topics []string, includeOffsets bool) (*tapesv1.MetadataResponse, error) {
+	scope := answerNamed
+	if len(topics) == 0 {
+		scope = answerAll
+	}
+	return c.metadata(ctx, &tapesv1.MetadataRequest{Topics: topics, IncludeOffsets: includeOffsets}, scope)
+}
+
+// Brokers asks any broker for the brokers and the controller, and no topic
+// (MetadataRequest.no_topics): what a caller that needs only addresses
+// asks, whatever the number of topics. The answer updates the cache's
+// broker addresses.
+func (c *Client) Brokers(ctx context.Context) (*tapesv1.MetadataResponse, error) {
+	return c.metadata(ctx, &tapesv1.MetadataRequest{NoTopics: true}, answerNamed)
+}
+
+// metadata sends req to any broker and absorbs the answer as scope says.
+func (c *Client) metadata(ctx context.Context, req *tapesv1.MetadataRequest, scope answerScope) (*tapesv1.MetadataResponse, error) {
 	var resp *tapesv1.MetadataResponse
 	err := c.anyBroker(ctx, "metadata", func(ctx context.Context, bc tapesv1.BrokerServiceClient) error {
-		r, err := bc.Metadata(ctx, &tapesv1.MetadataRequest{Topics: topics, IncludeOffsets: includeOffsets})
+		r, err := bc.Metadata(ctx, req)
 		resp = r
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.meta.absorb(resp, len(topics) == 0)
+	c.meta.absorb(resp, scope)
 	return resp, nil
 }
 
-// RefreshMetadata fetches the metadata of every topic into the cache now.
+// RefreshMetadata fetches into the cache now the metadata of the topics of
+// interest (every topic looked up so far through Partitions or Leader), or
+// only the brokers when there are none.
 func (c *Client) RefreshMetadata(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
-	_, err := c.Metadata(ctx, nil, false)
-	return err
+	return c.refresh(ctx)
 }
 
-// refreshSince refreshes unless a refresh completed after the caller saw
-// generation gen.
-func (c *Client) refreshSince(ctx context.Context, gen uint64) error {
+// refreshSince refreshes unless a refresh that included topic completed
+// after the caller saw generation gen.
+func (c *Client) refreshSince(ctx context.Context, gen uint64, topic string) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
-	if c.meta.generation() != gen {
+	if c.meta.refreshedSince(gen, topic) {
 		return nil
 	}
-	_, err := c.Metadata(ctx, nil, false)
+	return c.refresh(ctx)
+}
+
+// refresh asks for the topics of interest. The caller holds refreshMu.
+func (c *Client) refresh(ctx context.Context) error {
+	topics := c.meta.interesting()
+	_, err := c.metadata(ctx, &tapesv1.MetadataRequest{Topics: topics, NoTopics: len(topics) == 0}, answerInterest)
 	return err
 }
 
-// cached runs lookup against the cache, refreshing first when the cache is
-// expired and again when lookup fails on a cache that was not just
-// refreshed. When a refresh fails but an older cached answer exists, the
-// older answer is used.
-func (c *Client) cached(ctx context.Context, lookup func() error) error {
+// cached runs lookup (of topic, which becomes a topic of interest first)
+// against the cache, refreshing first when the cache is expired and again
+// when lookup fails on a cache that was not just refreshed for topic. When
+// a refresh fails but an older cached answer exists, the older answer is
+// used.
+func (c *Client) cached(ctx context.Context, topic string, lookup func() error) error {
+	c.meta.addInterest(topic)
 	expired, gen := c.meta.expired(c.cfg.MetadataMaxAge)
 	if !expired {
 		if err := lookup(); err == nil {
 			return nil
 		}
 	}
-	if err := c.refreshSince(ctx, gen); err != nil {
+	if err := c.refreshSince(ctx, gen, topic); err != nil {
 		if lookup() == nil {
 			return nil
 		}
@@ -293,7 +375,7 @@ func (c *Client) cached(ctx context.Context, lookup func() error) error {
 // cluster does not have is UNKNOWN_TOPIC_OR_PARTITION.
 func (c *Client) Partitions(ctx context.Context, topic string) (int, error) {
 	var n int
-	err := c.cached(ctx, func() (err error) {
+	err := c.cached(ctx, topic, func() (err error) {
 		n, err = c.meta.partitions(topic)
 		return err
 	})
@@ -307,7 +389,7 @@ func (c *Client) Partitions(ctx context.Context, topic string) (int, error) {
 // refreshing it when needed. Errors: UNKNOWN_TOPIC_OR_PARTITION,
 // LEADER_NOT_AVAILABLE, or the failure to reach any broker.
 func (c *Client) Leader(ctx context.Context, topic string, partition int32) (brokerID int32, addr string, err error) {
-	err = c.cached(ctx, func() (err error) {
+	err = c.cached(ctx, topic, func() (err error) {
 		brokerID, addr, err = c.meta.leader(topic, partition)
 		return err
 	})

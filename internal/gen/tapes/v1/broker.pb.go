@@ -425,11 +425,17 @@ func (x *TopicMetadata) GetError() *ErrorDetail {
 
 type MetadataRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Empty means all topics.
+	// Empty means all topics, unless no_topics is set.
 	Topics         []string `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
 	IncludeOffsets bool     `protobuf:"varint,2,opt,name=include_offsets,json=includeOffsets,proto3" json:"include_offsets,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The answer lists brokers and the controller and no topic: what a
+	// client that needs only addresses (a group coordinator's, a broker by
+	// id) asks, so that its request does not carry every topic of the
+	// cluster. False (the default, and what older clients send) keeps
+	// "empty topics means all". Set together with topics: INVALID_REQUEST.
+	NoTopics      bool `protobuf:"varint,3,opt,name=no_topics,json=noTopics,proto3" json:"no_topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetadataRequest) Reset() {
@@ -472,6 +478,13 @@ func (x *MetadataRequest) GetTopics() []string {
 func (x *MetadataRequest) GetIncludeOffsets() bool {
 	if x != nil {
 		return x.IncludeOffsets
+	}
+	return false
+}
+
+func (x *MetadataRequest) GetNoTopics() bool {
+	if x != nil {
+		return x.NoTopics
 	}
 	return false
 }
@@ -1535,10 +1548,11 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\v2\x15.tapes.v1.ErrorDetailR\x05error\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"o\n" +
 	"\x0fMetadataRequest\x12\x16\n" +
 	"\x06topics\x18\x01 \x03(\tR\x06topics\x12'\n" +
-	"\x0finclude_offsets\x18\x02 \x01(\bR\x0eincludeOffsets\"\xb5\x01\n" +
+	"\x0finclude_offsets\x18\x02 \x01(\bR\x0eincludeOffsets\x12\x1b\n" +
+	"\tno_topics\x18\x03 \x01(\bR\bnoTopics\"\xb5\x01\n" +
 	"\x10MetadataResponse\x12.\n" +
 	"\abrokers\x18\x01 \x03(\v2\x14.tapes.v1.BrokerInfoR\abrokers\x12#\n" +
 	"\rcontroller_id\x18\x02 \x01(\x05R\fcontrollerId\x12/\n" +
