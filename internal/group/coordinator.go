@@ -199,9 +199,9 @@ func (c *Coordinator) current(p int32) (*shard, Log) {
 	return s, l
 }
 
-// shardOf returns the loaded shard coordinating groupID, or
-// NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS.
-func (c *Coordinator) shardOf(ctx context.Context, groupID string) (*shard, error) {
+// lookup returns the shard coordinating groupID, loaded or not, or
+// INVALID_GROUP_ID, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR.
+func (c *Coordinator) lookup(groupID string) (*shard, error) {
 	if groupID == "" {
 		return nil, kerr.New(kerr.InvalidGroupID, "group id is empty")
 	}
@@ -214,6 +214,40 @@ func (c *Coordinator) shardOf(ctx context.Context, groupID string) (*shard, erro
 	if s == nil {
 		return nil, c.notCoordinator(groupID, p)
 	}
+	return s, nil
+}
+
+// Check reports, without blocking, whether this broker serves groupID now:
+// nil when it coordinates the group and has loaded its partition, else
+// INVALID_GROUP_ID, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, or
+// COORDINATOR_LOAD_IN_PROGRESS while (or when) loading the partition
+// failed. The Kafka front end calls it before each group call, from any
+// goroutine, so that a client is told at once, as Kafka's coordinator tells
+// it, instead of waiting for the load as the other methods do.
+func (c *Coordinator) Check(groupID string) error {
+	s, err := c.lookup(groupID)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-s.ready:
+	default:
+		return kerr.New(kerr.CoordinatorLoadInProgress, "broker %d is loading %s-%d (group %s)", c.cfg.BrokerID, OffsetsTopic, s.p, groupID)
+	}
+	if s.err != nil {
+		return kerr.New(kerr.CoordinatorLoadInProgress, "broker %d failed to load %s-%d (group %s): %v", c.cfg.BrokerID, OffsetsTopic, s.p, groupID, s.err)
+	}
+	return nil
+}
+
+// shardOf returns the loaded shard coordinating groupID, waiting for its
+// load up to ctx, or NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS.
+func (c *Coordinator) shardOf(ctx context.Context, groupID string) (*shard, error) {
+	s, err := c.lookup(groupID)
+	if err != nil {
+		return nil, err
+	}
+	p := s.p
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
