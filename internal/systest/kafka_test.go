@@ -60,7 +60,8 @@ func TestKafkaMetadataMatchesTheBrokers(t *testing.T) {
 		bv.EachKeySorted(func(key, min, max int16) {
 			keys = append(keys, fmt.Sprintf("%s v%d-v%d", kmsg.NameForKey(key), min, max))
 		})
-		if want := []string{"Metadata v0-v12", "ApiVersions v0-v4"}; !slices.Equal(keys, want) {
+		if want := []string{"Metadata v0-v12", "OffsetCommit v1-v9", "OffsetFetch v1-v9", "FindCoordinator v0-v6", "JoinGroup v0-v9",
+			"Heartbeat v0-v4", "LeaveGroup v0-v5", "SyncGroup v0-v5", "DescribeGroups v0-v5", "ListGroups v0-v4", "ApiVersions v0-v4"}; !slices.Equal(keys, want) {
 			t.Fatalf("broker %d advertises %v, want %v", bv.NodeID, keys, want)
 		}
 	}

@@ -1,0 +1,596 @@
+package systest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	fkerr "github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tapes-dev/tapes/internal/clitext"
+	"github.com/tapes-dev/tapes/internal/eventually"
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/testcluster"
+)
+
+// kgoMemberEnv, when set, makes the test binary a franz-go group member
+// instead of running tests (init below): the mixed-group test re-executes
+// itself so that it can SIGKILL that member. The value is
+// "BOOTSTRAP GROUP TOPIC".
+const kgoMemberEnv = "TAPES_SYSTEST_KGO_MEMBER"
+
+// kgoMemberCommit is the offset the franz-go member commits for every
+// partition it is given (it cannot fetch records until Kafka Fetch is
+// served, so it commits a fixed position, with its generation).
+const kgoMemberCommit = 10
+
+func init() {
+	if spec := os.Getenv(kgoMemberEnv); spec != "" {
+		os.Exit(runKgoMember(strings.Fields(spec)))
+	}
+}
+
+// runKgoMember is the franz-go member process: a kgo consumer in group
+// args[1] on topic args[2] with the cooperative-sticky balancer and a 3 s
+// session. It prints one line per change of its partitions,
+//
+//	owns member=ID generation=N partitions=0,1,2
+//
+// and one per commit it makes of kgoMemberCommit for newly assigned
+// partitions,
+//
+//	committed member=ID generation=N partitions=0,1 err=<nil>
+//
+// It runs until killed.
+func runKgoMember(args []string) int {
+	if len(args) != 3 {
+		fmt.Fprintf(os.Stderr, "%s: want BOOTSTRAP GROUP TOPIC, got %q\n", kgoMemberEnv, args)
+		return 2
+	}
+	topic := args[2]
+	var (
+		mu    sync.Mutex
+		owned = map[int32]bool{}
+	)
+	say := func(format string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(os.Stdout, format+"\n", a...)
+	}
+	list := func(ps []int32) string {
+		slices.Sort(ps)
+		s := make([]string, len(ps))
+		for i, p := range ps {
+			s[i] = strconv.Itoa(int(p))
+		}
+		return strings.Join(s, ",")
+	}
+	report := func(cl *kgo.Client) {
+		member, gen := cl.GroupMetadata()
+		mu.Lock()
+		ps := slices.Collect(maps.Keys(owned))
+		mu.Unlock()
+		say("owns member=%s generation=%d partitions=%s", member, gen, list(ps))
+	}
+	toCommit := make(chan []int32, 16)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(args[0], ",")...), kgo.ClientID("kgo-member"),
+		kgo.ConsumerGroup(args[1]), kgo.ConsumeTopics(topic), kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.SessionTimeout(3*time.Second), kgo.HeartbeatInterval(300*time.Millisecond), kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			mu.Lock()
+			for _, p := range m[topic] {
+				owned[p] = true
+			}
+			mu.Unlock()
+			report(cl)
+			if len(m[topic]) > 0 {
+				toCommit <- m[topic]
+			}
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			mu.Lock()
+			for _, p := range m[topic] {
+				delete(owned, p)
+			}
+			mu.Unlock()
+			report(cl)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			mu.Lock()
+			for _, p := range m[topic] {
+				delete(owned, p)
+			}
+			mu.Unlock()
+			report(cl)
+		}),
+	)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go func() {
+		for ps := range toCommit {
+			offs := map[string]map[int32]kgo.EpochOffset{topic: {}}
+			for _, p := range ps {
+				offs[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: kgoMemberCommit}
+			}
+			member, _ := cl.GroupMetadata()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+				if err == nil {
+					for _, t := range resp.Topics {
+						for _, p := range t.Partitions {
+							if err == nil {
+								err = fkerr.ErrorForCode(p.ErrorCode)
+							}
+						}
+					}
+				}
+				say("committed member=%s generation=%d partitions=%s err=%v", member, req.Generation, list(ps), err)
+			})
+			cancel()
+		}
+	}()
+	// Records cannot be fetched yet (Kafka Fetch is not served in this
+	// branch): polling keeps the client's consumer running and its errors
+	// are ignored. Once Fetch is served, this loop writes one history line
+	// per record (consumer.HistoryLine, as consumerd does) for the
+	// no-two-owners check; see TestKafkaMixedGroup.
+	for {
+		cl.PollFetches(context.Background())
+	}
+}
+
+// kgoMember is a running franz-go member process.
+type kgoMember struct {
+	cmd    *exec.Cmd
+	out    *lockedBuffer
+	stderr *lockedBuffer
+	exited chan struct{}
+}
+
+func startKgoMember(t *testing.T, e *testcluster.Env, group, topic string) *kgoMember {
+	t.Helper()
+	m := &kgoMember{out: &lockedBuffer{}, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	m.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	m.cmd.Env = append(os.Environ(), kgoMemberEnv+"="+strings.Join(e.KafkaBootstrap(), ",")+" "+group+" "+topic)
+	pr, pw := io.Pipe()
+	m.cmd.Stdout, m.cmd.Stderr = pw, m.stderr
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		m.cmd.Wait()
+		pw.Close()
+		close(m.exited)
+	}()
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			m.out.Write([]byte(sc.Text() + "\n"))
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-m.exited:
+		default:
+			m.cmd.Process.Kill()
+			<-m.exited
+		}
+		if t.Failed() {
+			t.Logf("franz-go member stdout:\n%s\nstderr (tail):\n%s", m.out.String(), tail(m.stderr.String(), 4000))
+		}
+	})
+	return m
+}
+
+// kgoLine is one parsed line of the member's output.
+type kgoLine struct {
+	kind       string // "owns" or "committed"
+	member     string
+	generation int32
+	partitions []int32
+	err        string
+}
+
+func (m *kgoMember) lines() []kgoLine {
+	var out []kgoLine
+	for _, l := range strings.Split(m.out.String(), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 {
+			continue
+		}
+		kl := kgoLine{kind: f[0]}
+		for _, kv := range f[1:] {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "member":
+				kl.member = v
+			case "generation":
+				g, _ := strconv.Atoi(v)
+				kl.generation = int32(g)
+			case "partitions":
+				for _, p := range strings.Split(v, ",") {
+					if n, err := strconv.Atoi(p); err == nil {
+						kl.partitions = append(kl.partitions, int32(n))
+					}
+				}
+			case "err":
+				kl.err = v
+			}
+		}
+		out = append(out, kl)
+	}
+	return out
+}
+
+// owns returns the member's latest ownership line.
+func (m *kgoMember) owns() (kgoLine, bool) {
+	ls := m.lines()
+	for i := len(ls) - 1; i >= 0; i-- {
+		if ls[i].kind == "owns" {
+			return ls[i], true
+		}
+	}
+	return kgoLine{}, false
+}
+
+// consumerPartitions decodes a described member's assignment (consumer
+// protocol) into partitions of topic.
+func consumerPartitions(d *tapesv1.GroupDescription, m *tapesv1.GroupMember, topic string) ([]int32, error) {
+	tps, err := clitext.MemberPartitions(d, m)
+	if err != nil {
+		return nil, err
+	}
+	var out []int32
+	for _, tp := range tps {
+		if tp.Topic == topic {
+			out = append(out, tp.Partitions...)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// mixedGroupAgrees checks that the gRPC DescribeGroups, `cluster groups
+// describe --members` and kadm's DescribeGroups show the same Stable
+// generation of clients members (by client id) sharing partitions
+// 0..n-1 of topic, each exactly once and each member at least one; it
+// returns the gRPC description.
+func mixedGroupAgrees(t *testing.T, e *testcluster.Env, adm *kadm.Client, group, topic string, n int32, clients []string) (*tapesv1.GroupDescription, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := e.Client.DescribeGroup(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	if d.State != "Stable" || len(d.Members) != len(clients) {
+		return nil, fmt.Errorf("group %s is %s with %d members, want Stable with %d", group, d.State, len(d.Members), len(clients))
+	}
+	grpcParts := map[string][]int32{}
+	var ids []string
+	seen := map[int32]int{}
+	for _, m := range d.Members {
+		ps, err := consumerPartitions(d, m, topic)
+		if err != nil {
+			return nil, fmt.Errorf("member %s: %v", m.MemberId, err)
+		}
+		if len(ps) == 0 {
+			return nil, fmt.Errorf("member %s (%s) owns nothing yet", m.MemberId, m.ClientId)
+		}
+		for _, p := range ps {
+			seen[p]++
+		}
+		grpcParts[m.MemberId] = ps
+		ids = append(ids, m.ClientId)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, clients) {
+		return nil, fmt.Errorf("members' client ids %v, want %v", ids, clients)
+	}
+	if len(seen) != int(n) {
+		return nil, fmt.Errorf("partitions assigned %v, want 0..%d each once", seen, n-1)
+	}
+	for p, k := range seen {
+		if k != 1 || p < 0 || p >= n {
+			return nil, fmt.Errorf("partition %d assigned %d times", p, k)
+		}
+	}
+
+	// The CLI's --members table: the same members and decoded assignments.
+	out, err := cli(t, e, "", "groups", "describe", group, "--members")
+	if err != nil {
+		return nil, err
+	}
+	rows := strings.Split(strings.TrimSpace(out), "\n")
+	if len(rows) != len(clients)+1 {
+		return nil, fmt.Errorf("cluster groups describe --members:\n%s", out)
+	}
+	for _, r := range rows[1:] {
+		f := strings.Fields(r)
+		if len(f) != 6 {
+			return nil, fmt.Errorf("row %q", r)
+		}
+		ps, ok := grpcParts[f[1]]
+		if !ok {
+			return nil, fmt.Errorf("CLI member %s not in the gRPC description", f[1])
+		}
+		if want := clitext.Assignment([]*tapesv1.TopicPartitions{{Topic: topic, Partitions: ps}}); f[5] != want || f[4] != strconv.Itoa(len(ps)) {
+			return nil, fmt.Errorf("CLI row %q, want assignment %s", r, want)
+		}
+	}
+
+	// kadm through the Kafka listener: the same.
+	dgs, err := adm.DescribeGroups(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	dg := dgs[group]
+	if dg.Err != nil || dg.State != "Stable" || dg.ProtocolType != "consumer" || dg.Protocol != d.Protocol || len(dg.Members) != len(clients) {
+		return nil, fmt.Errorf("kadm DescribeGroups: err %v state %s protocol %s/%s, %d members", dg.Err, dg.State, dg.ProtocolType, dg.Protocol, len(dg.Members))
+	}
+	for _, km := range dg.Members {
+		a, ok := km.Assigned.AsConsumer()
+		if !ok {
+			return nil, fmt.Errorf("kadm: member %s's assignment does not decode", km.MemberID)
+		}
+		var ps []int32
+		for _, at := range a.Topics {
+			if at.Topic == topic {
+				ps = append(ps, at.Partitions...)
+			}
+		}
+		slices.Sort(ps)
+		if want, ok := grpcParts[km.MemberID]; !ok || !slices.Equal(ps, want) {
+			return nil, fmt.Errorf("kadm: member %s (%s) assigned %v, gRPC says %v", km.MemberID, km.ClientID, ps, want)
+		}
+		if _, ok := km.Join.AsConsumer(); !ok {
+			return nil, fmt.Errorf("kadm: member %s's subscription does not decode", km.MemberID)
+		}
+	}
+	return d, nil
+}
+
+// cliOffsets parses `cluster groups describe GROUP`: partition ->
+// CURRENT-OFFSET (-1 for "-").
+func cliOffsets(t *testing.T, e *testcluster.Env, group string) (map[int32]int64, error) {
+	out, err := cli(t, e, "", "groups", "describe", group)
+	if err != nil {
+		return nil, err
+	}
+	offs := map[int32]int64{}
+	for _, r := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		f := strings.Fields(r)
+		if len(f) < 4 {
+			return nil, fmt.Errorf("row %q", r)
+		}
+		p, _ := strconv.Atoi(f[2])
+		o := int64(-1)
+		if f[3] != "-" {
+			o, _ = strconv.ParseInt(f[3], 10, 64)
+		}
+		offs[int32(p)] = o
+	}
+	return offs, nil
+}
+
+// kadmOffsets is kadm FetchOffsets of group, partition -> offset.
+func kadmOffsets(adm *kadm.Client, group, topic string) (map[int32]int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	if err := resp.Error(); err != nil {
+		return nil, err
+	}
+	offs := map[int32]int64{}
+	for p, o := range resp[topic] {
+		offs[p] = o.At
+	}
+	return offs, nil
+}
+
+// TestKafkaMixedGroup (issue 10 point 6): one group holds a franz-go
+// cooperative-sticky consumer (a process of its own, through the Kafka
+// listeners) and two consumerd (gRPC). gRPC DescribeGroups, `cluster
+// groups describe --members` and kadm DescribeGroups show the same three
+// members and assignments; kadm ListGroups lists the group and kadm
+// FetchOffsets equals the CLI's CURRENT-OFFSET column; the franz-go
+// member's commits with its generation are accepted, and one with its
+// first (stale) generation is ILLEGAL_GENERATION on the Kafka API as on
+// gRPC; a simple commit (generation -1) goes into an empty group only. Then
+// the franz-go member is SIGKILLed and, after its session timeout, its
+// partitions move to the two consumerd.
+//
+// Not yet checked, for want of Kafka Fetch in this branch: that no
+// partition is processed by two members at once. Once Fetch is served,
+// runKgoMember's poll loop writes a consumer.HistoryLine per record (and
+// its assigned/revoked lines), producerd writes during the test, and the
+// check of TestScaleOutCooperativeVsRange (processed offsets per
+// partition, owners' intervals from the histories) runs over the three
+// histories.
+func TestKafkaMixedGroup(t *testing.T) {
+	e := start(t, 3)
+	const topic, grp, n = "orders", "mixed", 6
+	e.CreateTopic(topic, n, 3, map[string]string{"min.insync.replicas": "2"})
+	for p := int32(0); p < n; p++ {
+		e.ProduceN(topic, p, fmt.Sprintf("p%d-", p), 20)
+	}
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.KafkaBootstrap()...), kgo.RequestRetries(20), kgo.RetryTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kcl.Close()
+	adm := kadm.NewClient(kcl)
+
+	// The franz-go member alone: every partition, committed at its
+	// generation.
+	km := startKgoMember(t, e, grp, topic)
+	var first kgoLine
+	eventually.Nil(t, 60*time.Second, "the franz-go member to own all 6 partitions", func() error {
+		l, ok := km.owns()
+		if !ok || len(l.partitions) != n {
+			return fmt.Errorf("owns %+v", l)
+		}
+		first = l
+		return nil
+	})
+	eventually.Nil(t, 30*time.Second, "the franz-go member's first commit", func() error {
+		for _, l := range km.lines() {
+			if l.kind == "committed" && l.generation == first.generation {
+				if l.err != "<nil>" {
+					t.Fatalf("commit in generation %d: %s", l.generation, l.err)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no commit line for generation %d", first.generation)
+	})
+	t.Logf("franz-go member %s owns %v in generation %d", first.member, first.partitions, first.generation)
+
+	// Two consumerd join: three members share the partitions.
+	dir := t.TempDir()
+	c1 := startConsumer(t, e, dir, grp, "consumer-1")
+	c2 := startConsumer(t, e, dir, grp, "consumer-2")
+	var d *tapesv1.GroupDescription
+	eventually.Nil(t, 90*time.Second, "gRPC, CLI and kadm to agree on three members sharing 6 partitions", func() error {
+		var err error
+		d, err = mixedGroupAgrees(t, e, adm, grp, topic, n, []string{"consumer-1", "consumer-2", "kgo-member"})
+		if err != nil {
+			return err
+		}
+		// And the franz-go member knows what the group says it owns.
+		l, _ := km.owns()
+		for _, m := range d.Members {
+			if m.MemberId == l.member {
+				ps, _ := consumerPartitions(d, m, topic)
+				if l.generation != d.GenerationId || !slices.Equal(ps, l.partitions) {
+					return fmt.Errorf("franz-go member says %+v, the group generation %d %v", l, d.GenerationId, ps)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("franz-go member %s not in the group", l.member)
+	})
+	mine, _ := km.owns()
+	t.Logf("generation %d: franz-go member owns %v", d.GenerationId, mine.partitions)
+
+	// ListGroups through every broker's Kafka listener.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	listed, err := adm.ListGroups(ctx)
+	if err != nil {
+		t.Fatalf("kadm ListGroups: %v", err)
+	}
+	if lg, ok := listed[grp]; !ok || lg.State != "Stable" || lg.ProtocolType != "consumer" {
+		t.Fatalf("kadm ListGroups: %+v", listed)
+	}
+
+	// A commit with the franz-go member's first generation is fenced, on
+	// the Kafka API and on gRPC alike.
+	stale := kmsg.NewPtrOffsetCommitRequest()
+	stale.Group, stale.MemberID, stale.Generation = grp, first.member, first.generation
+	st := kmsg.NewOffsetCommitRequestTopic()
+	st.Topic = topic
+	sp := kmsg.NewOffsetCommitRequestTopicPartition()
+	sp.Partition, sp.Offset = mine.partitions[0], 3
+	st.Partitions = append(st.Partitions, sp)
+	stale.Topics = append(stale.Topics, st)
+	sresp, err := stale.RequestWith(ctx, kcl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := sresp.Topics[0].Partitions[0].ErrorCode; fkerr.ErrorForCode(code) != fkerr.IllegalGeneration {
+		t.Fatalf("Kafka commit with stale generation %d: %v, want ILLEGAL_GENERATION", first.generation, fkerr.ErrorForCode(code))
+	}
+	err = e.Client.OffsetCommit(ctx, &tapesv1.OffsetCommitRequest{GroupId: grp, MemberId: first.member, GenerationId: first.generation,
+		Offsets: []*tapesv1.OffsetCommitPartition{{Topic: topic, Partition: mine.partitions[0], Offset: 3}}})
+	if !kerr.Is(err, kerr.IllegalGeneration) {
+		t.Fatalf("gRPC commit with stale generation %d: %v, want ILLEGAL_GENERATION", first.generation, err)
+	}
+	// A simple commit (kadm: generation -1, no member) into the active
+	// group is refused; into a group without members it is stored.
+	kadmOffs := kadm.Offsets{}
+	kadmOffs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 7, LeaderEpoch: -1})
+	if resp, err := adm.CommitOffsets(ctx, grp, kadmOffs); err != nil || !fkerrIs(resp.Error(), fkerr.UnknownMemberID) {
+		t.Fatalf("kadm CommitOffsets into the active group: %v %v, want UNKNOWN_MEMBER_ID", err, resp.Error())
+	}
+	if resp, err := adm.CommitOffsets(ctx, "simple", kadmOffs); err != nil || resp.Error() != nil {
+		t.Fatalf("kadm CommitOffsets into an empty group: %v %v", err, resp.Error())
+	}
+
+	// Offsets: kadm equals the CLI, for the mixed group (the franz-go
+	// member's partitions at its commit, the consumerd ones where they got
+	// to) and the simple one.
+	for _, g := range []string{grp, "simple"} {
+		eventually.Nil(t, 60*time.Second, "kadm FetchOffsets to equal cluster groups describe for "+g, func() error {
+			a, err := kadmOffsets(adm, g, topic)
+			if err != nil {
+				return err
+			}
+			b, err := cliOffsets(t, e, g)
+			if err != nil {
+				return err
+			}
+			for p, o := range b {
+				if _, ok := a[p]; !ok && o == -1 {
+					a[p] = -1 // the CLI lists owned partitions without a commit
+				}
+			}
+			if !maps.Equal(a, b) {
+				return fmt.Errorf("kadm %v, CLI %v", a, b)
+			}
+			if g == "simple" && (a[0] != 7 || a[1] != -1) {
+				return fmt.Errorf("simple group offsets %v", a)
+			}
+			if g == grp {
+				for _, p := range mine.partitions {
+					if a[p] != kgoMemberCommit {
+						return fmt.Errorf("franz-go member's partition %d at %d, want its commit %d", p, a[p], kgoMemberCommit)
+					}
+				}
+			}
+			return nil
+		})
+	}
+
+	// SIGKILL the franz-go member: after its session timeout (3 s) its
+	// partitions move to the consumerd members.
+	killed := time.Now()
+	if err := km.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-km.exited
+	waitOwnership(t, e, n, c1, c2)
+	moved := time.Since(killed)
+	eventually.Nil(t, 30*time.Second, "two members left", func() error {
+		_, err := mixedGroupAgrees(t, e, adm, grp, topic, n, []string{"consumer-1", "consumer-2"})
+		return err
+	})
+	if moved < 3*time.Second {
+		t.Fatalf("partitions moved %v after the kill, before the 3 s session timeout", moved)
+	}
+	t.Logf("the franz-go member's partitions %v moved to the consumerd members %v after its SIGKILL", mine.partitions, moved.Round(100*time.Millisecond))
+}
+
+func fkerrIs(err error, want *fkerr.Error) bool {
+	fe, ok := err.(*fkerr.Error)
+	return ok && fe == want
+}
