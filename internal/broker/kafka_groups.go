@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
@@ -61,6 +62,7 @@ type kafkaGroups struct {
 	// notReady says why the broker does not serve clients yet ("" once it
 	// does); its group calls then answer COORDINATOR_NOT_AVAILABLE.
 	notReady func() string
+	log      *slog.Logger
 
 	mu sync.Mutex
 	// last: per connection id, a channel closed when the connection's
@@ -80,6 +82,7 @@ func (b *Broker) registerKafkaGroups(srv *kafkawire.Server) {
 	k := &kafkaGroups{
 		coord:    b.groups,
 		notReady: b.notReady,
+		log:      b.log.With("component", "kafka-groups"),
 		find: func(ctx context.Context, groupID string) (int32, string, error) {
 			fc, err := g.findCoordinator(ctx, groupID)
 			if err != nil {
@@ -263,7 +266,9 @@ func (k *kafkaGroups) joinGroup(ctx context.Context, r *kafkawire.Request) kmsg.
 		return resp
 	}
 	if req.InstanceID != nil {
-		return fail(staticMembershipError(req.Group, *req.InstanceID))
+		err := staticMembershipError(req.Group, *req.InstanceID)
+		k.log.Info("join refused", "client", r.Header.ClientID, "remote", connHost(r), "err", err)
+		return fail(err)
 	}
 	if err := k.check(req.Group); err != nil {
 		return fail(err)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"sync"
@@ -93,7 +94,7 @@ func newGroupsFixture(t *testing.T) *groupsFixture {
 		t.Fatal(err)
 	}
 	f.addr = ln.Addr().String()
-	k := &kafkaGroups{coord: coord,
+	k := &kafkaGroups{coord: coord, log: slog.New(slog.DiscardHandler),
 		notReady: func() string { f.mu.Lock(); defer f.mu.Unlock(); return f.notReady },
 		find: func(_ context.Context, id string) (int32, string, error) {
 			if group.PartitionFor(id, 3) == 1 {
