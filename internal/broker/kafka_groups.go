@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 
@@ -479,21 +480,7 @@ func (k *kafkaGroups) offsetFetch(ctx context.Context, r *kafkawire.Request) kms
 			for _, t := range g.Topics {
 				asked = append(asked, &tapesv1.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
 			}
-			kg := kmsg.NewOffsetFetchResponseGroup()
-			kg.Group = g.Group
-			topics, err := k.fetchGroup(ctx, g.Group, asked, g.Topics == nil)
-			kg.ErrorCode = kafkawire.ErrorCode(err)
-			for _, t := range topics {
-				kt := kmsg.NewOffsetFetchResponseGroupTopic()
-				kt.Topic = t.topic
-				for _, o := range t.parts {
-					kp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
-					kp.Partition, kp.Offset, kp.LeaderEpoch, kp.Metadata = o.Partition, o.Offset, -1, kmsg.StringPtr(o.Metadata)
-					kt.Partitions = append(kt.Partitions, kp)
-				}
-				kg.Topics = append(kg.Topics, kt)
-			}
-			resp.Groups = append(resp.Groups, kg)
+			resp.Groups = append(resp.Groups, k.offsetFetchGroup(ctx, g.Group, asked, g.Topics == nil, false))
 		}
 		return resp
 	}
@@ -501,37 +488,55 @@ func (k *kafkaGroups) offsetFetch(ctx context.Context, r *kafkawire.Request) kms
 	for _, t := range req.Topics {
 		asked = append(asked, &tapesv1.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
 	}
-	topics, err := k.fetchGroup(ctx, req.Group, asked, req.Version >= 2 && req.Topics == nil)
-	if err != nil {
-		if req.Version >= 2 {
-			resp.ErrorCode = kafkawire.ErrorCode(err)
-			return resp
-		}
-		// v1 has no top-level error: every partition asked carries it.
-		for _, t := range asked {
-			kt := kmsg.NewOffsetFetchResponseTopic()
-			kt.Topic = t.Topic
-			for _, p := range t.Partitions {
-				kp := kmsg.NewOffsetFetchResponseTopicPartition()
-				kp.Partition, kp.Offset, kp.LeaderEpoch, kp.Metadata = p, -1, -1, kmsg.StringPtr("")
-				kp.ErrorCode = kafkawire.ErrorCode(err)
-				kt.Partitions = append(kt.Partitions, kp)
-			}
-			resp.Topics = append(resp.Topics, kt)
-		}
-		return resp
-	}
-	for _, t := range topics {
+	// v1 has no top-level error: every partition asked carries it.
+	kg := k.offsetFetchGroup(ctx, req.Group, asked, req.Version >= 2 && req.Topics == nil, req.Version < 2)
+	resp.ErrorCode = kg.ErrorCode
+	for _, t := range kg.Topics {
 		kt := kmsg.NewOffsetFetchResponseTopic()
-		kt.Topic = t.topic
-		for _, o := range t.parts {
-			kp := kmsg.NewOffsetFetchResponseTopicPartition()
-			kp.Partition, kp.Offset, kp.LeaderEpoch, kp.Metadata = o.Partition, o.Offset, -1, kmsg.StringPtr(o.Metadata)
-			kt.Partitions = append(kt.Partitions, kp)
+		kt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			kt.Partitions = append(kt.Partitions, kmsg.OffsetFetchResponseTopicPartition{Partition: p.Partition, Offset: p.Offset,
+				LeaderEpoch: p.LeaderEpoch, Metadata: p.Metadata, ErrorCode: p.ErrorCode})
 		}
 		resp.Topics = append(resp.Topics, kt)
 	}
 	return resp
+}
+
+// offsetFetchGroup answers one group of an OffsetFetch in v8's form: the
+// offsets of asked (all: every committed partition), or the group's error,
+// which errInPartitions puts in each partition asked instead (v1).
+func (k *kafkaGroups) offsetFetchGroup(ctx context.Context, groupID string, asked []*tapesv1.TopicPartitions, all, errInPartitions bool) kmsg.OffsetFetchResponseGroup {
+	kg := kmsg.NewOffsetFetchResponseGroup()
+	kg.Group = groupID
+	topics, err := k.fetchGroup(ctx, groupID, asked, all)
+	code := kafkawire.ErrorCode(err)
+	switch {
+	case err == nil:
+	case errInPartitions:
+		topics = nil
+		for _, t := range asked {
+			ft := fetchedTopic{topic: t.Topic}
+			for _, p := range t.Partitions {
+				ft.parts = append(ft.parts, &tapesv1.CommittedOffset{Topic: t.Topic, Partition: p, Offset: -1})
+			}
+			topics = append(topics, ft)
+		}
+	default:
+		kg.ErrorCode = code
+		return kg
+	}
+	for _, t := range topics {
+		kt := kmsg.NewOffsetFetchResponseGroupTopic()
+		kt.Topic = t.topic
+		for _, o := range t.parts {
+			kp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
+			kp.Partition, kp.Offset, kp.LeaderEpoch, kp.Metadata, kp.ErrorCode = o.Partition, o.Offset, -1, kmsg.StringPtr(o.Metadata), code
+			kt.Partitions = append(kt.Partitions, kp)
+		}
+		kg.Topics = append(kg.Topics, kt)
+	}
+	return kg
 }
 
 // describeGroups answers DescribeGroups: per group its state under Kafka's
@@ -585,7 +590,7 @@ func (k *kafkaGroups) listGroups(_ context.Context, r *kafkawire.Request) kmsg.R
 		return resp
 	}
 	for _, g := range k.coord.ListGroups() {
-		if len(req.StatesFilter) > 0 && !containsFold(req.StatesFilter, g.State) {
+		if len(req.StatesFilter) > 0 && !slices.ContainsFunc(req.StatesFilter, func(st string) bool { return strings.EqualFold(st, g.State) }) {
 			continue
 		}
 		kg := kmsg.NewListGroupsResponseGroup()
@@ -593,13 +598,4 @@ func (k *kafkaGroups) listGroups(_ context.Context, r *kafkawire.Request) kmsg.R
 		resp.Groups = append(resp.Groups, kg)
 	}
 	return resp
-}
-
-func containsFold(list []string, s string) bool {
-	for _, x := range list {
-		if strings.EqualFold(x, s) {
-			return true
-		}
-	}
-	return false
 }

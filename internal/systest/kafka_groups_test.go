@@ -87,6 +87,14 @@ func runKgoMember(args []string) int {
 		mu.Unlock()
 		say("owns member=%s generation=%d partitions=%s", member, gen, list(ps))
 	}
+	drop := func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+		mu.Lock()
+		for _, p := range m[topic] {
+			delete(owned, p)
+		}
+		mu.Unlock()
+		report(cl)
+	}
 	toCommit := make(chan []int32, 16)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(args[0], ",")...), kgo.ClientID("kgo-member"),
 		kgo.ConsumerGroup(args[1]), kgo.ConsumeTopics(topic), kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -102,22 +110,7 @@ func runKgoMember(args []string) int {
 				toCommit <- m[topic]
 			}
 		}),
-		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
-			mu.Lock()
-			for _, p := range m[topic] {
-				delete(owned, p)
-			}
-			mu.Unlock()
-			report(cl)
-		}),
-		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
-			mu.Lock()
-			for _, p := range m[topic] {
-				delete(owned, p)
-			}
-			mu.Unlock()
-			report(cl)
-		}),
+		kgo.OnPartitionsRevoked(drop), kgo.OnPartitionsLost(drop),
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
