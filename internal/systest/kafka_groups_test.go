@@ -496,6 +496,19 @@ func TestKafkaMixedGroup(t *testing.T) {
 		t.Fatalf("kadm ListGroups: %+v", listed)
 	}
 
+	// A broker that is not the group's coordinator answers NOT_COORDINATOR.
+	other := d.CoordinatorId%3 + 1
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.Group, hb.MemberID, hb.Generation = grp, mine.member, mine.generation
+	hresp, err := hb.RequestWith(ctx, kcl.Broker(int(other)))
+	if err != nil || fkerr.ErrorForCode(hresp.ErrorCode) != fkerr.NotCoordinator {
+		t.Fatalf("Heartbeat to broker %d (coordinator %d): %v %+v, want NOT_COORDINATOR", other, d.CoordinatorId, err, hresp)
+	}
+	hresp, err = hb.RequestWith(ctx, kcl.Broker(int(d.CoordinatorId)))
+	if err != nil || hresp.ErrorCode != 0 {
+		t.Fatalf("Heartbeat to the coordinator %d: %v %+v", d.CoordinatorId, err, hresp)
+	}
+
 	// A commit with the franz-go member's first generation is fenced, on
 	// the Kafka API and on gRPC alike.
 	stale := kmsg.NewPtrOffsetCommitRequest()
