@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tapes-dev/tapes/internal/eventually"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
@@ -422,5 +424,59 @@ func TestPartitionForMatchesKafka(t *testing.T) {
 		if got < 0 || got >= c.n {
 			t.Errorf("PartitionFor(%q, %d) = %d out of range", c.group, c.n, got)
 		}
+	}
+}
+
+// blockingLog is a memLog whose reads wait until release is closed: a
+// partition the coordinator is still loading.
+type blockingLog struct {
+	*memLog
+	release chan struct{}
+}
+
+func (l blockingLog) Read(ctx context.Context, offset int64) ([]Record, int64, int64, error) {
+	select {
+	case <-l.release:
+	case <-ctx.Done():
+		return nil, offset, 0, ctx.Err()
+	}
+	return l.memLog.Read(ctx, offset)
+}
+
+// TestCheckDoesNotWaitForTheLoad: Check answers at once,
+// COORDINATOR_LOAD_IN_PROGRESS while the partition loads, nil once it has,
+// NOT_COORDINATOR when this broker does not lead the partition, and the
+// topic's absence COORDINATOR_NOT_AVAILABLE.
+func TestCheckDoesNotWaitForTheLoad(t *testing.T) {
+	l := blockingLog{memLog: &memLog{term: 1}, release: make(chan struct{})}
+	var n atomic.Int32
+	var led atomic.Bool
+	led.Store(true)
+	c, err := New(Config{BrokerID: 1, Partitions: func() int32 { return n.Load() },
+		Open: func(int32) Log {
+			if led.Load() {
+				return l
+			}
+			return nil
+		},
+		MinSessionTimeout: time.Second, MaxSessionTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Check("g"); !kerr.Is(err, kerr.CoordinatorNotAvailable) {
+		t.Fatalf("without the topic: %v", err)
+	}
+	n.Store(1)
+	if err := c.Check(""); !kerr.Is(err, kerr.InvalidGroupID) {
+		t.Fatalf("empty group id: %v", err)
+	}
+	if err := c.Check("g"); !kerr.Is(err, kerr.CoordinatorLoadInProgress) {
+		t.Fatalf("while loading: %v", err)
+	}
+	close(l.release)
+	eventually.Nil(t, 10*time.Second, "the load to finish", func() error { return c.Check("g") })
+	led.Store(false)
+	if err := c.Check("g"); !kerr.Is(err, kerr.NotCoordinator) {
+		t.Fatalf("not leading: %v", err)
 	}
 }
