@@ -51,8 +51,8 @@ func init() {
 //
 //	owns member=ID generation=N partitions=0,1,2
 //
-// and one per commit it makes of kgoMemberCommit for newly assigned
-// partitions,
+// and one per commit it makes of kgoMemberCommit, for newly assigned
+// partitions at once and for all it owns every second,
 //
 //	committed member=ID generation=N partitions=0,1 err=<nil>
 //
@@ -117,7 +117,19 @@ func runKgoMember(args []string) int {
 		return 1
 	}
 	go func() {
-		for ps := range toCommit {
+		tick := time.NewTicker(time.Second)
+		for {
+			var ps []int32
+			select {
+			case ps = <-toCommit:
+			case <-tick.C:
+				mu.Lock()
+				ps = slices.Collect(maps.Keys(owned))
+				mu.Unlock()
+				if len(ps) == 0 {
+					continue
+				}
+			}
 			offs := map[string]map[int32]kgo.EpochOffset{topic: {}}
 			for _, p := range ps {
 				offs[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: kgoMemberCommit}
@@ -599,4 +611,80 @@ func TestKafkaMixedGroup(t *testing.T) {
 func fkerrIs(err error, want *fkerr.Error) bool {
 	fe, ok := err.(*fkerr.Error)
 	return ok && fe == want
+}
+
+// TestKafkaGroupCoordinatorFailover: a franz-go member and a consumerd in
+// one group; the coordinator's broker is SIGKILLed. The franz-go member
+// finds the new coordinator through the Kafka listeners (NOT_COORDINATOR
+// or a closed connection, then FindCoordinator) and stays in the group
+// under the same member id, its next commit with its generation is
+// accepted, and gRPC, the CLI and kadm agree on the group again.
+func TestKafkaGroupCoordinatorFailover(t *testing.T) {
+	e := start(t, 3)
+	const topic, grp, n = "orders", "failover", 3
+	e.CreateTopic(topic, n, 3, map[string]string{"min.insync.replicas": "2"})
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.KafkaBootstrap()...), kgo.RequestRetries(20), kgo.RetryTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kcl.Close()
+	adm := kadm.NewClient(kcl)
+	km := startKgoMember(t, e, grp, topic)
+	startConsumer(t, e, t.TempDir(), grp, "consumer-1")
+	clients := []string{"consumer-1", "kgo-member"}
+	var d *tapesv1.GroupDescription
+	eventually.Nil(t, 90*time.Second, "two members sharing 3 partitions", func() error {
+		var err error
+		d, err = mixedGroupAgrees(t, e, adm, grp, topic, n, clients)
+		return err
+	})
+	mine, _ := km.owns()
+	before := len(km.lines())
+	killed := time.Now()
+	if err := e.C.Kill(testcluster.BrokerName(d.CoordinatorId)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed broker %d, the coordinator of %s (generation %d; franz-go member %s owns %v)", d.CoordinatorId, grp, d.GenerationId, mine.member, mine.partitions)
+	var took time.Duration
+	// Two accepted commits after the kill: the second was sent after the
+	// first had been answered, so after the kill, and only a live
+	// coordinator accepts it.
+	eventually.Nil(t, 60*time.Second, "a commit of the franz-go member accepted by the new coordinator", func() error {
+		accepted := 0
+		for _, l := range km.lines()[before:] {
+			if l.kind == "committed" && l.err == "<nil>" && l.member == mine.member {
+				accepted++
+			}
+		}
+		if accepted < 2 {
+			return fmt.Errorf("%d accepted commits since the kill", accepted)
+		}
+		took = time.Since(killed)
+		return nil
+	})
+	// A new admin client: franz-go keeps a group's coordinator cached
+	// until the coordinator answers a coordinator error, and a dead one
+	// answers nothing (the same against Apache Kafka).
+	kcl2, err := kgo.NewClient(kgo.SeedBrokers(e.KafkaBootstrap()...), kgo.RequestRetries(20), kgo.RetryTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kcl2.Close()
+	adm2 := kadm.NewClient(kcl2)
+	eventually.Nil(t, 60*time.Second, "the group on the new coordinator", func() error {
+		d2, err := mixedGroupAgrees(t, e, adm2, grp, topic, n, clients)
+		if err != nil {
+			return err
+		}
+		if d2.CoordinatorId == d.CoordinatorId {
+			return fmt.Errorf("still coordinated by the killed broker %d", d.CoordinatorId)
+		}
+		for _, m := range d2.Members {
+			if m.MemberId == mine.member {
+				return nil
+			}
+		}
+		return fmt.Errorf("franz-go member %s is not in the group any more: %v", mine.member, d2.Members)
+	})
+	t.Logf("two accepted commits of the franz-go member seen %v after the coordinator's SIGKILL (it commits every second)", took.Round(10*time.Millisecond))
 }
