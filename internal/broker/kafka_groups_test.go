@@ -27,11 +27,23 @@ type groupMemLog struct {
 	mu   sync.Mutex
 	recs []group.Record
 	hold chan struct{}
+	// gate, when set, holds every Append until it is closed.
+	gate chan struct{}
 }
 
 func (l *groupMemLog) Term() uint64 { return 1 }
 
-func (l *groupMemLog) Append(_ context.Context, recs []group.Record) (int64, error) {
+func (l *groupMemLog) Append(ctx context.Context, recs []group.Record) (int64, error) {
+	l.mu.Lock()
+	gate := l.gate
+	l.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	base := int64(len(l.recs))
@@ -64,13 +76,15 @@ type groupsFixture struct {
 	// groups of each partition.
 	here, elsewhere, loading string
 	release                  chan struct{}
+	log0                     *groupMemLog // partition 0's
 	mu                       sync.Mutex
 	notReady                 string
 }
 
 func newGroupsFixture(t *testing.T) *groupsFixture {
 	f := &groupsFixture{t: t, release: make(chan struct{})}
-	logs := map[int32]group.Log{0: &groupMemLog{}, 2: &groupMemLog{hold: f.release}}
+	f.log0 = &groupMemLog{}
+	logs := map[int32]group.Log{0: f.log0, 2: &groupMemLog{hold: f.release}}
 	coord, err := group.New(group.Config{BrokerID: 1, Partitions: func() int32 { return 3 },
 		Open:              func(p int32) group.Log { return logs[p] },
 		MinSessionTimeout: time.Second, MaxSessionTimeout: time.Minute, Tick: time.Hour})
@@ -603,5 +617,36 @@ func TestKafkaDescribeAndListGroups(t *testing.T) {
 	resp := c.do(req, 4).(*kmsg.ListGroupsResponse)
 	if len(resp.Groups) != 1 || resp.Groups[0].Group != f.here {
 		t.Fatalf("ListGroups v4 stable: %+v", resp.Groups)
+	}
+}
+
+// TestKafkaGroupCallsRunInTurn: a connection's group calls take effect in
+// request order, as on Kafka's broker: an OffsetFetch pipelined behind an
+// OffsetCommit whose append is held sees the commit, though the commit
+// waits in Later.
+func TestKafkaGroupCallsRunInTurn(t *testing.T) {
+	f := newGroupsFixture(t)
+	c := f.dial()
+	gate := make(chan struct{})
+	f.log0.mu.Lock()
+	f.log0.gate = gate
+	f.log0.mu.Unlock()
+	commit := commitReq(f.here, "", -1, map[string][]int64{"orders": {42}})
+	corrCommit := c.send(commit, 8)
+	fetch := kmsg.NewPtrOffsetFetchRequest()
+	rt := kmsg.NewOffsetFetchRequestTopic()
+	rt.Topic, rt.Partitions = "orders", []int32{0}
+	fetch.Group, fetch.Topics = f.here, []kmsg.OffsetFetchRequestTopic{rt}
+	corrFetch := c.send(fetch, 7)
+	// Time for a front end that ran the fetch at once to answer it from
+	// before the commit; a correct one holds it behind the commit.
+	time.Sleep(200 * time.Millisecond)
+	close(gate)
+	if got := commitCodes(c.recv(corrCommit, commit).(*kmsg.OffsetCommitResponse)); got[0] != nil {
+		t.Fatalf("commit: %v", got)
+	}
+	resp := c.recv(corrFetch, fetch).(*kmsg.OffsetFetchResponse)
+	if len(resp.Topics) != 1 || resp.Topics[0].Partitions[0].Offset != 42 {
+		t.Fatalf("OffsetFetch pipelined behind the commit: %+v, want offset 42", resp.Topics)
 	}
 }
