@@ -187,9 +187,11 @@ func connHost(r *kafkawire.Request) string {
 }
 
 // staticMembershipError answers a JoinGroup naming a group.instance.id:
-// tapes' coordinator has no static members (KIP-345).
+// tapes' coordinator has no static members (KIP-345). UNSUPPORTED_VERSION
+// is what a Kafka broker without static membership answered, and what
+// Java's consumer reads as "unset group.instance.id".
 func staticMembershipError(group, instance string) error {
-	return kerr.New(kerr.InvalidRequest, "group %s: static membership is not supported (group.instance.id %q): leave group.instance.id unset", group, instance)
+	return kerr.New(kerr.UnsupportedVersion, "group %s: static membership is not supported (group.instance.id %q): leave group.instance.id unset", group, instance)
 }
 
 // findCoordinator answers FindCoordinator: one key before v4, a batch of

@@ -372,7 +372,7 @@ func TestKafkaGroupMembership(t *testing.T) {
 	req.Protocols = []kmsg.JoinGroupRequestProtocol{p}
 	wantCode(t, "session timeout below the minimum", c.do(req, 3).(*kmsg.JoinGroupResponse).ErrorCode, fkerr.InvalidSessionTimeout)
 	req.SessionTimeoutMillis, req.InstanceID = 10000, kmsg.StringPtr("static-1")
-	wantCode(t, "group.instance.id", c.do(req, 5).(*kmsg.JoinGroupResponse).ErrorCode, fkerr.InvalidRequest)
+	wantCode(t, "group.instance.id", c.do(req, 5).(*kmsg.JoinGroupResponse).ErrorCode, fkerr.UnsupportedVersion)
 	req.InstanceID, req.Group = nil, f.elsewhere
 	wantCode(t, "join elsewhere", c.do(req, 9).(*kmsg.JoinGroupResponse).ErrorCode, fkerr.NotCoordinator)
 	req.Group = f.loading

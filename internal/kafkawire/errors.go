@@ -76,6 +76,7 @@ var kafkaCodes = map[kerr.Code]*fkerr.Error{
 	kerr.InvalidGroupID:               fkerr.InvalidGroupID,
 	kerr.GroupIDNotFound:              fkerr.GroupIDNotFound,
 	kerr.NonEmptyGroup:                fkerr.NonEmptyGroup,
+	kerr.UnsupportedVersion:           fkerr.UnsupportedVersion,
 	kerr.OutOfOrderSequenceNumber:     fkerr.OutOfOrderSequenceNumber,
 	kerr.InvalidProducerEpoch:         fkerr.InvalidProducerEpoch,
 	kerr.UnknownProducerID:            fkerr.UnknownProducerID,

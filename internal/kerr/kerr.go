@@ -55,6 +55,9 @@ const (
 	InvalidGroupID            Code = "INVALID_GROUP_ID"
 	GroupIDNotFound           Code = "GROUP_ID_NOT_FOUND"
 	NonEmptyGroup             Code = "NON_EMPTY_GROUP"
+	// UnsupportedVersion: a request asks for what this broker does not do
+	// (a JoinGroup with group.instance.id: no static membership).
+	UnsupportedVersion Code = "UNSUPPORTED_VERSION"
 	// Idempotent producer.
 	OutOfOrderSequenceNumber Code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
 	InvalidProducerEpoch     Code = "INVALID_PRODUCER_EPOCH"
@@ -95,7 +98,7 @@ func (c Code) grpcCode() codes.Code {
 	case RecordTooLarge, InvalidTopic, InvalidRequiredAcks, InvalidPartitions,
 		InvalidReplicationFactor, InvalidConfig, InvalidRequest, CorruptMessage, MemberIDRequired,
 		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID, InvalidRecord, UnsupportedCompressionType,
-		PolicyViolation:
+		PolicyViolation, UnsupportedVersion:
 		return codes.InvalidArgument
 	case RequestTimedOut:
 		return codes.DeadlineExceeded
