@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tapes-dev/tapes/internal/clitext"
+	"github.com/tapes-dev/tapes/internal/consumer"
 	"github.com/tapes-dev/tapes/internal/eventually"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
@@ -31,7 +33,7 @@ import (
 // kgoMemberEnv, when set, makes the test binary a franz-go group member
 // instead of running tests (init below): the mixed-group test re-executes
 // itself so that it can SIGKILL that member. The value is
-// "BOOTSTRAP GROUP TOPIC".
+// "BOOTSTRAP GROUP TOPIC HISTORY".
 const kgoMemberEnv = "TAPES_SYSTEST_KGO_MEMBER"
 
 // kgoMemberCommit is the offset the franz-go member commits for every
@@ -47,7 +49,9 @@ func init() {
 
 // runKgoMember is the franz-go member process: a kgo consumer in group
 // args[1] on topic args[2] with the cooperative-sticky balancer and a 3 s
-// session. It prints one line per change of its partitions,
+// session. It writes its assigned, revoked and lost partitions to the
+// history file args[3] (consumer.HistoryLine, as consumerd does) and
+// prints one line per change of its partitions,
 //
 //	owns member=ID generation=N partitions=0,1,2
 //
@@ -58,11 +62,22 @@ func init() {
 //
 // It runs until killed.
 func runKgoMember(args []string) int {
-	if len(args) != 3 {
-		fmt.Fprintf(os.Stderr, "%s: want BOOTSTRAP GROUP TOPIC, got %q\n", kgoMemberEnv, args)
+	if len(args) != 4 {
+		fmt.Fprintf(os.Stderr, "%s: want BOOTSTRAP GROUP TOPIC HISTORY, got %q\n", kgoMemberEnv, args)
 		return 2
 	}
 	topic := args[2]
+	hist, err := consumer.CreateHistory(args[3])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	historyLine := func(cl *kgo.Client, typ string, ps []int32) {
+		_, gen := cl.GroupMetadata()
+		if err := hist.Write(consumer.HistoryLine{Type: typ, Consumer: "kgo-member", Generation: gen, Topic: topic, Partitions: ps}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
 	var (
 		mu    sync.Mutex
 		owned = map[int32]bool{}
@@ -87,19 +102,24 @@ func runKgoMember(args []string) int {
 		mu.Unlock()
 		say("owns member=%s generation=%d partitions=%s", member, gen, list(ps))
 	}
-	drop := func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
-		mu.Lock()
-		for _, p := range m[topic] {
-			delete(owned, p)
+	// drop forgets the partitions of a revoked or lost callback.
+	drop := func(typ string) func(context.Context, *kgo.Client, map[string][]int32) {
+		return func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			historyLine(cl, typ, m[topic])
+			mu.Lock()
+			for _, p := range m[topic] {
+				delete(owned, p)
+			}
+			mu.Unlock()
+			report(cl)
 		}
-		mu.Unlock()
-		report(cl)
 	}
 	toCommit := make(chan []int32, 16)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(args[0], ",")...), kgo.ClientID("kgo-member"),
 		kgo.ConsumerGroup(args[1]), kgo.ConsumeTopics(topic), kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(3*time.Second), kgo.HeartbeatInterval(300*time.Millisecond), kgo.DisableAutoCommit(),
 		kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			historyLine(cl, consumer.HistoryAssigned, m[topic])
 			mu.Lock()
 			for _, p := range m[topic] {
 				owned[p] = true
@@ -110,7 +130,7 @@ func runKgoMember(args []string) int {
 				toCommit <- m[topic]
 			}
 		}),
-		kgo.OnPartitionsRevoked(drop), kgo.OnPartitionsLost(drop),
+		kgo.OnPartitionsRevoked(drop(consumer.HistoryRevoked)), kgo.OnPartitionsLost(drop(consumer.HistoryLost)),
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -169,11 +189,13 @@ type kgoMember struct {
 	exited chan struct{}
 }
 
-func startKgoMember(t *testing.T, e *testcluster.Env, group, topic string) *kgoMember {
+// startKgoMember starts the franz-go member process (runKgoMember) with its
+// history in dir/kgo-member.jsonl; it is killed at cleanup.
+func startKgoMember(t *testing.T, e *testcluster.Env, dir, group, topic string) *kgoMember {
 	t.Helper()
 	m := &kgoMember{out: &lockedBuffer{}, stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	m.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	m.cmd.Env = append(os.Environ(), kgoMemberEnv+"="+strings.Join(e.KafkaBootstrap(), ",")+" "+group+" "+topic)
+	m.cmd.Env = append(os.Environ(), kgoMemberEnv+"="+strings.Join([]string{strings.Join(e.KafkaBootstrap(), ","), group, topic, filepath.Join(dir, "kgo-member.jsonl")}, " "))
 	pr, pw := io.Pipe()
 	m.cmd.Stdout, m.cmd.Stderr = pw, m.stderr
 	if err := m.cmd.Start(); err != nil {
@@ -424,13 +446,14 @@ func kadmOffsets(adm *kadm.Client, group, topic string) (map[int32]int64, error)
 // the franz-go member is SIGKILLed and, after its session timeout, its
 // partitions move to the two consumerd.
 //
-// Not yet checked, for want of Kafka Fetch in this branch: that no
-// partition is processed by two members at once. Once Fetch is served,
-// runKgoMember's poll loop writes a consumer.HistoryLine per record (and
-// its assigned/revoked lines), producerd writes during the test, and the
-// check of TestScaleOutCooperativeVsRange (processed offsets per
-// partition, owners' intervals from the histories) runs over the three
-// histories.
+// The three histories show no partition owned by two members at once
+// (ownershipOverlap). Not yet checked, for want of Kafka Fetch in this
+// branch: that none is processed by two at once. Once Fetch is served,
+// runKgoMember's poll loop writes a "record" HistoryLine per record as
+// consumerd does, producerd writes during the test, and a check beside
+// ownershipOverlap asserts that every member's record lines of a
+// partition fall inside its ownership spans (so no two process it at
+// once) and that every produced offset was processed.
 func TestKafkaMixedGroup(t *testing.T) {
 	e := start(t, 3)
 	const topic, grp, n = "orders", "mixed", 6
@@ -447,7 +470,8 @@ func TestKafkaMixedGroup(t *testing.T) {
 
 	// The franz-go member alone: every partition, committed at its
 	// generation.
-	km := startKgoMember(t, e, grp, topic)
+	dir := t.TempDir()
+	km := startKgoMember(t, e, dir, grp, topic)
 	var first kgoLine
 	eventually.Nil(t, 60*time.Second, "the franz-go member to own all 6 partitions", func() error {
 		l, ok := km.owns()
@@ -471,7 +495,6 @@ func TestKafkaMixedGroup(t *testing.T) {
 	t.Logf("franz-go member %s owns %v in generation %d", first.member, first.partitions, first.generation)
 
 	// Two consumerd join: three members share the partitions.
-	dir := t.TempDir()
 	c1 := startConsumer(t, e, dir, grp, "consumer-1")
 	c2 := startConsumer(t, e, dir, grp, "consumer-2")
 	var d *tapesv1.GroupDescription
@@ -606,6 +629,91 @@ func TestKafkaMixedGroup(t *testing.T) {
 		t.Fatalf("partitions moved %v after the kill, before the 3 s session timeout", moved)
 	}
 	t.Logf("the franz-go member's partitions %v moved to the consumerd members %v after its SIGKILL", mine.partitions, moved.Round(100*time.Millisecond))
+
+	// No partition was owned by two members at once, by the three
+	// histories (the franz-go member's ownership ends at its SIGKILL at
+	// the latest).
+	hs := map[string][]consumer.HistoryLine{}
+	for _, name := range []string{"kgo-member", "consumer-1", "consumer-2"} {
+		hs[name] = history(t, dir, name)
+	}
+	if err := ownershipOverlap(hs, map[string]time.Time{"kgo-member": killed}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range hs {
+		if len(h) == 0 {
+			t.Fatalf("%s wrote no history", name)
+		}
+	}
+}
+
+// TestOwnershipOverlap: the check above finds a partition owned by two
+// members at once, and accepts a hand-over.
+func TestOwnershipOverlap(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	line := func(typ string, s int, ps ...int32) consumer.HistoryLine {
+		return consumer.HistoryLine{Type: typ, At: at(s), Partitions: ps}
+	}
+	hs := map[string][]consumer.HistoryLine{
+		"a": {line(consumer.HistoryAssigned, 0, 0, 1), line(consumer.HistoryRevoked, 5, 1)},
+		"b": {line(consumer.HistoryAssigned, 6, 1)},
+	}
+	if err := ownershipOverlap(hs, map[string]time.Time{"a": at(20)}, at(30)); err != nil {
+		t.Fatalf("hand-over: %v", err)
+	}
+	hs["b"] = append(hs["b"], line(consumer.HistoryAssigned, 10, 0))
+	if err := ownershipOverlap(hs, map[string]time.Time{"a": at(20)}, at(30)); err == nil {
+		t.Fatal("partition 0 owned by a until 20 and by b from 10: no overlap found")
+	}
+	if err := ownershipOverlap(hs, map[string]time.Time{"a": at(9)}, at(30)); err != nil {
+		t.Fatalf("a killed at 9, b from 10: %v", err)
+	}
+}
+
+// ownershipOverlap returns an error naming the first partition that two
+// members' histories own at the same time: a member owns a partition from
+// its "assigned" line to its "revoked" or "lost" line, or to ended[member]
+// (a killed member), or now. Members' clocks are this machine's.
+func ownershipOverlap(histories map[string][]consumer.HistoryLine, ended map[string]time.Time, now time.Time) error {
+	type span struct {
+		member     string
+		start, end time.Time
+	}
+	spans := map[int32][]span{}
+	for member, h := range histories {
+		open := map[int32]time.Time{}
+		for _, l := range h {
+			for _, p := range l.Partitions {
+				switch l.Type {
+				case consumer.HistoryAssigned:
+					open[p] = l.At
+				case consumer.HistoryRevoked, consumer.HistoryLost:
+					if start, ok := open[p]; ok {
+						spans[p] = append(spans[p], span{member, start, l.At})
+						delete(open, p)
+					}
+				}
+			}
+		}
+		end, ok := ended[member]
+		if !ok {
+			end = now
+		}
+		for p, start := range open {
+			spans[p] = append(spans[p], span{member, start, end})
+		}
+	}
+	for p, ss := range spans {
+		slices.SortFunc(ss, func(a, b span) int { return a.start.Compare(b.start) })
+		for i := 1; i < len(ss); i++ {
+			if ss[i].start.Before(ss[i-1].end) {
+				return fmt.Errorf("partition %d owned by %s from %v while %s owned it until %v",
+					p, ss[i].member, ss[i].start.Format(time.StampMicro), ss[i-1].member, ss[i-1].end.Format(time.StampMicro))
+			}
+		}
+	}
+	return nil
 }
 
 func fkerrIs(err error, want *fkerr.Error) bool {
@@ -629,8 +737,9 @@ func TestKafkaGroupCoordinatorFailover(t *testing.T) {
 	}
 	defer kcl.Close()
 	adm := kadm.NewClient(kcl)
-	km := startKgoMember(t, e, grp, topic)
-	startConsumer(t, e, t.TempDir(), grp, "consumer-1")
+	dir := t.TempDir()
+	km := startKgoMember(t, e, dir, grp, topic)
+	startConsumer(t, e, dir, grp, "consumer-1")
 	clients := []string{"consumer-1", "kgo-member"}
 	var d *tapesv1.GroupDescription
 	eventually.Nil(t, 90*time.Second, "two members sharing 3 partitions", func() error {
