@@ -226,6 +226,18 @@ func startKgoMember(t *testing.T, e *testcluster.Env, dir, group, topic string) 
 	return m
 }
 
+// kafkaAdmin returns a franz-go client of e's Kafka listeners, closed at
+// cleanup, and kadm over it.
+func kafkaAdmin(t *testing.T, e *testcluster.Env) (*kgo.Client, *kadm.Client) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.KafkaBootstrap()...), kgo.RequestRetries(20), kgo.RetryTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl, kadm.NewClient(cl)
+}
+
 // kgoLine is one parsed line of the member's output.
 type kgoLine struct {
 	kind       string // "owns" or "committed"
@@ -461,12 +473,7 @@ func TestKafkaMixedGroup(t *testing.T) {
 	for p := int32(0); p < n; p++ {
 		e.ProduceN(topic, p, fmt.Sprintf("p%d-", p), 20)
 	}
-	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.KafkaBootstrap()...), kgo.RequestRetries(20), kgo.RetryTimeout(20*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kcl.Close()
-	adm := kadm.NewClient(kcl)
+	kcl, adm := kafkaAdmin(t, e)
 
 	// The franz-go member alone: every partition, committed at its
 	// generation.
@@ -731,12 +738,7 @@ func TestKafkaGroupCoordinatorFailover(t *testing.T) {
 	e := start(t, 3)
 	const topic, grp, n = "orders", "failover", 3
 	e.CreateTopic(topic, n, 3, map[string]string{"min.insync.replicas": "2"})
-	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.KafkaBootstrap()...), kgo.RequestRetries(20), kgo.RetryTimeout(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kcl.Close()
-	adm := kadm.NewClient(kcl)
+	_, adm := kafkaAdmin(t, e)
 	dir := t.TempDir()
 	km := startKgoMember(t, e, dir, grp, topic)
 	startConsumer(t, e, dir, grp, "consumer-1")
@@ -774,12 +776,7 @@ func TestKafkaGroupCoordinatorFailover(t *testing.T) {
 	// A new admin client: franz-go keeps a group's coordinator cached
 	// until the coordinator answers a coordinator error, and a dead one
 	// answers nothing (the same against Apache Kafka).
-	kcl2, err := kgo.NewClient(kgo.SeedBrokers(e.KafkaBootstrap()...), kgo.RequestRetries(20), kgo.RetryTimeout(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kcl2.Close()
-	adm2 := kadm.NewClient(kcl2)
+	_, adm2 := kafkaAdmin(t, e)
 	eventually.Nil(t, 60*time.Second, "the group on the new coordinator", func() error {
 		d2, err := mixedGroupAgrees(t, e, adm2, grp, topic, n, clients)
 		if err != nil {
