@@ -245,6 +245,11 @@ type LinkState struct {
 	Mode         netfault.Mode
 	Delay        time.Duration
 	Jitter       time.Duration
+	// Kafka: the link rewrites Kafka answers (a Kafka client's link to a
+	// broker's Kafka listener). Stats are its counters (Links fills
+	// them; CutChanges and the rest ignore them).
+	Kafka bool
+	Stats netfault.Stats
 }
 
 // Links returns every link, sorted by from, then to.
@@ -254,7 +259,8 @@ func (c *Cluster) Links() []LinkState {
 	out := make([]LinkState, 0, len(c.links))
 	for k, l := range c.links {
 		d, j := l.Delay()
-		out = append(out, LinkState{From: k.from, To: k.to, Addr: l.Addr(), Target: l.Target(), Mode: l.Mode(), Delay: d, Jitter: j})
+		out = append(out, LinkState{From: k.from, To: k.to, Addr: l.Addr(), Target: l.Target(), Mode: l.Mode(), Delay: d, Jitter: j,
+			Kafka: l.Kafka(), Stats: l.Stats()})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].From != out[j].From {
