@@ -179,8 +179,9 @@ type responseStream struct {
 	frame []byte
 	want  int
 	kv    keyVersion
-	out   []byte
-	lost  bool
+	// buf is the last frame's storage, reused; out is feed's.
+	buf, out []byte
+	lost     bool
 }
 
 func (s *responseStream) feed(in []byte) ([]byte, int, error) {
@@ -213,7 +214,9 @@ func (s *responseStream) feed(in []byte) ([]byte, int, error) {
 			if out, err = s.rewrite(out); err != nil {
 				return nil, 0, err
 			}
-			s.frame = nil
+			if s.buf, s.frame = s.frame[:0], nil; cap(s.buf) > maxKeptFrame {
+				s.buf = nil
+			}
 			msgs++
 		default:
 			k := min(len(s.hdr)-s.hn, len(in)-i)
@@ -241,7 +244,7 @@ func (s *responseStream) feed(in []byte) ([]byte, int, error) {
 				continue
 			}
 			s.kv, s.want = kv, 4+int(size)
-			s.frame = append(make([]byte, 0, s.want), s.hdr[:]...)
+			s.frame = append(s.buf[:0], s.hdr[:]...)
 			if len(s.frame) == s.want {
 				// A bare correlation id: nothing to decode; the
 				// client will refuse it as it would directly.
@@ -269,7 +272,9 @@ func (s *responseStream) rewrite(out []byte) ([]byte, error) {
 		return append(out, s.frame...), nil
 	}
 	headerEnd := len(s.frame) - len(r.Src)
-	if err := resp.ReadFrom(r.Src); err != nil {
+	// Unsafe: the strings alias s.frame, which is not reused before
+	// AppendTo has copied them.
+	if err := resp.(unsafeReader).UnsafeReadFrom(r.Src); err != nil {
 		s.kc.log.Warn("link: undecodable Kafka response passed unchanged", "key", kmsg.NameForKey(s.kv.key), "version", s.kv.version, "err", err)
 		return append(out, s.frame...), nil
 	}
@@ -282,6 +287,14 @@ func (s *responseStream) rewrite(out []byte) ([]byte, error) {
 	binary.BigEndian.PutUint32(out[at:], uint32(len(out)-at-4))
 	return out, nil
 }
+
+// maxKeptFrame: a larger frame's buffer is left to the GC rather than kept
+// for the connection's next answer.
+const maxKeptFrame = 1 << 20
+
+// unsafeReader is kmsg's UnsafeReadFrom, which every generated response
+// has: strings alias the input instead of being copied.
+type unsafeReader interface{ UnsafeReadFrom([]byte) error }
 
 // rewriteBrokers replaces every broker address in a Metadata or
 // FindCoordinator response with resolve's answer. Coordinators that are

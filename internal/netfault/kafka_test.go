@@ -10,7 +10,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -295,5 +297,54 @@ func TestKafkaResolverFailure(t *testing.T) {
 	(&requestStream{kc: kc}).feed(requestFrame(md, 9))
 	if _, _, err := (&responseStream{kc: kc}).feed(responseFrame(metadataResponse(1), 9)); !errors.Is(err, ErrBadResolve) {
 		t.Fatalf("err %v, want ErrBadResolve", err)
+	}
+}
+
+// TestKafkaLinkHoldsThenRewrites: through a Kafka link to a real
+// kafkawire server, a Metadata request sent while the link is cut gets no
+// answer and nothing is counted as delivered; after the heal the held
+// request is answered, its brokers rewritten, and the counters show one
+// request and one answer each way.
+func TestKafkaLinkHoldsThenRewrites(t *testing.T) {
+	var lp linkPorts
+	var mu sync.Mutex
+	l, err := ListenKafka(kafkaBroker(t), nil, func(n int32, h string, p int32) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return lp.resolve(n, h, p)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	k := dialRaw(t, l.Addr())
+	l.SetMode(Blackhole)
+	req := kmsg.NewPtrMetadataRequest()
+	req.SetVersion(9) // flexible
+	k.send(t, req)
+	k.c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := k.r.Peek(1); err == nil {
+		t.Fatal("an answer crossed a cut link")
+	}
+	if st := l.Stats(); st.Requests != 0 || st.BytesForward != 0 || st.Accepted != 1 {
+		t.Fatalf("while cut: %+v, want the connection accepted and nothing delivered", st)
+	}
+	l.SetMode(Pass)
+	k.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var size [4]byte
+	if _, err := io.ReadFull(k.r, size[:]); err != nil {
+		t.Fatalf("after the heal: %v", err)
+	}
+	frame := make([]byte, 4+binary.BigEndian.Uint32(size[:]))
+	copy(frame, size[:])
+	if _, err := io.ReadFull(k.r, frame[4:]); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := decodeResponse(t, frame, 3, 9)
+	if b := brokersOf(got); b[1] != "127.0.0.1:20001" || b[2] != "127.0.0.1:20002" || b[3] != "127.0.0.1:20003" {
+		t.Fatalf("brokers %v, want the resolver's", b)
+	}
+	if st := l.Stats(); st.Requests != 1 || st.Responses != 1 || st.Open != 1 || st.BytesBack != int64(len(frame)) {
+		t.Fatalf("after the heal: %+v, want 1 request, 1 answer of %d bytes", st, len(frame))
 	}
 }
