@@ -2,7 +2,6 @@ package netfault
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,9 +21,6 @@ import (
 // error closes the client's connection: a client must never be handed a
 // broker's real address, which would let it escape the links.
 type Resolver func(nodeID int32, host string, port int32) (string, error)
-
-// ErrBadResolve wraps a Resolver's answer that is not HOST:PORT.
-var ErrBadResolve = errors.New("netfault: resolver answer is not HOST:PORT")
 
 // ListenKafka starts a link, as Listen does, for connections that speak
 // Kafka's protocol from a client to a broker: requests pass byte for byte;

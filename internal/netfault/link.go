@@ -48,8 +48,14 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("link mode %q: want pass, blackhole, drop-back or drop-forward", s)
 }
 
-// ErrClosed is returned by a Link's methods after Close.
-var ErrClosed = errors.New("netfault: link closed")
+// Errors of this package; match them with errors.Is.
+var (
+	// ErrClosed is returned by a Link's methods after Close.
+	ErrClosed = errors.New("netfault: link closed")
+	// ErrBadResolve: a Kafka link's Resolver answered something that is
+	// not HOST:PORT; the client's connection is closed.
+	ErrBadResolve = errors.New("netfault: resolver answer is not HOST:PORT")
+)
 
 // Link is a loopback TCP proxy to one target. Its methods are safe for
 // concurrent use; SetMode takes effect at once on every open connection.
