@@ -6,21 +6,23 @@ import "time"
 // `event: state`. Field names are the JSON contract of the page
 // (static/app.js); see doc.go.
 type Snapshot struct {
-	At             time.Time     `json:"at"`
-	Dir            string        `json:"dir"`
-	Brokers        []Broker      `json:"brokers"`
-	Topics         []Topic       `json:"topics"`
-	Groups         []Group       `json:"groups"`
-	Consumers      []Consumer    `json:"consumers"`
-	Producers      []Producer    `json:"producers"`
-	KafkaClients   []KafkaClient `json:"kafkaClients"`
-	Links          []Link        `json:"links"`
-	Sink           SinkCounters  `json:"sink"`
-	Effects        []Effect      `json:"effects"`
-	DescribeGroups string        `json:"describeGroups"`
-	DescribeTopics string        `json:"describeTopics"`
-	Experiments    []Experiment  `json:"experiments"`
-	Runs           []Run         `json:"runs"`
+	At             time.Time    `json:"at"`
+	Dir            string       `json:"dir"`
+	Brokers        []Broker     `json:"brokers"`
+	Topics         []Topic      `json:"topics"`
+	Groups         []Group      `json:"groups"`
+	Consumers      []Consumer   `json:"consumers"`
+	Producers      []Producer   `json:"producers"`
+	Links          []Link       `json:"links"`
+	Sink           SinkCounters `json:"sink"`
+	Effects        []Effect     `json:"effects"`
+	DescribeGroups string       `json:"describeGroups"`
+	DescribeTopics string       `json:"describeTopics"`
+	Experiments    []Experiment `json:"experiments"`
+	Runs           []Run        `json:"runs"`
+
+	// KafkaClients are the Kafka client programs the launcher supervises.
+	KafkaClients []KafkaClient `json:"kafkaClients"`
 }
 
 // Broker is one broker process.
