@@ -413,6 +413,9 @@ func TestKafkaListOffsetsVersions(t *testing.T) {
 	if ps := list(6, -1, -1, 0, 0); len(ps) != 2 || fkerr.ErrorForCode(ps[0].ErrorCode) != fkerr.InvalidRequest {
 		t.Errorf("partition twice: %+v", ps)
 	}
+	if p := list(6, -3, -1, 0)[0]; fkerr.ErrorForCode(p.ErrorCode) != fkerr.InvalidRequest {
+		t.Errorf("max timestamp (-3) at v6: %s, want INVALID_REQUEST", codeName(p.ErrorCode))
+	}
 	if p := list(6, -1, -1, 3)[0]; fkerr.ErrorForCode(p.ErrorCode) != fkerr.UnknownTopicOrPartition {
 		t.Errorf("partition 3: %s", codeName(p.ErrorCode))
 	}
