@@ -213,6 +213,48 @@ func TestKafkaAdminMatchesCluster(t *testing.T) {
 	if _, err := describeTopic(t, e, "via-follower"); err != nil {
 		t.Fatal(err)
 	}
+	// A replica assignment is honoured exactly: the replicas in the order
+	// given, the first the preferred leader.
+	ct.Topics = []kmsg.CreateTopicsRequestTopic{{Topic: "assigned", NumPartitions: -1, ReplicationFactor: -1,
+		ReplicaAssignment: []kmsg.CreateTopicsRequestTopicReplicaAssignment{{Partition: 0, Replicas: []int32{3, 1}}, {Partition: 1, Replicas: []int32{2, 3}}}}}
+	if r, err := rawKafka(e.KafkaAddress(notController), ct); err != nil {
+		t.Fatal(err)
+	} else if rt := r.(*kmsg.CreateTopicsResponse).Topics[0]; rt.ErrorCode != 0 || rt.NumPartitions != 2 || rt.ReplicationFactor != 2 {
+		t.Fatalf("CreateTopics with an assignment: %+v", rt)
+	}
+	eventually.Nil(t, 60*time.Second, "assigned's preferred leaders", func() error {
+		d, err := describeTopic(t, e, "assigned")
+		if err != nil {
+			return err
+		}
+		for i, want := range [][]int32{{3, 1}, {2, 3}} {
+			if p := d.partitions[i]; !slices.Equal(p.replicas, want) || p.leader != want[0] {
+				return fmt.Errorf("assigned-%d: replicas %v leader %d, want %v led by %d", i, p.replicas, p.leader, want, want[0])
+			}
+		}
+		return nil
+	})
+
+	// The broker's own configs, as it runs.
+	bcs, err := adm.DescribeBrokerConfigs(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	brc, err := bcs.On("2", nil)
+	if err != nil || brc.Err != nil {
+		t.Fatalf("DescribeBrokerConfigs(2): %v %v", err, brc.Err)
+	}
+	brokerCfg := map[string]string{}
+	for _, c := range brc.Configs {
+		brokerCfg[c.Key] = c.MaybeValue()
+	}
+	for k, v := range map[string]string{"broker.id": "2", "min.insync.replicas": "1", "log.retention.ms": "604800000",
+		"advertised.listeners": "PLAINTEXT://" + e.KafkaAddress(2), "auto.create.topics.enable": "false"} {
+		if brokerCfg[k] != v {
+			t.Errorf("broker 2's %s = %q, want %q", k, brokerCfg[k], v)
+		}
+	}
+
 	dt := kmsg.NewPtrDeleteTopicsRequest()
 	dt.Version, dt.TimeoutMillis, dt.TopicNames = 5, 30000, []string{"via-follower"}
 	if r, err := rawKafka(e.KafkaAddress(notController), dt); err != nil || r.(*kmsg.DeleteTopicsResponse).Topics[0].ErrorCode != 0 {
