@@ -7,6 +7,7 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/kafkawire"
 	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/replication"
 )
 
 // ListOffsets versions served: v1-v6. v7 adds the timestamp -3 (the offset
@@ -34,8 +35,11 @@ func (b *Broker) registerKafkaListOffsets(srv *kafkawire.Server) {
 //
 // current_leader_epoch (v4+), when not -1, is checked against the Raft term
 // as kafkaEpoch gives it: older is FENCED_LEADER_EPOCH, newer
-// UNKNOWN_LEADER_EPOCH, as Kafka's leader answers; the answer's leader
-// epoch is that term. A broker that is not the partition's ready leader
+// UNKNOWN_LEADER_EPOCH, as Kafka's leader answers. The answer's leader
+// epoch is that term for -1 (latest), as Kafka's (its latest epoch); for
+// -2 and a timestamp Kafka answers the epoch of the batch holding the
+// offset, which tapes does not keep, so -1 (unknown: clients then skip
+// OffsetForLeaderEpoch validation, which is not served anyway). A broker that is not the partition's ready leader
 // answers NOT_LEADER_OR_FOLLOWER (without checking the epoch). Isolation
 // level 1 (read_committed) answers as 0: without transactions the last
 // stable offset is the high watermark. A partition asked for twice is
@@ -98,6 +102,11 @@ func (a *api) kafkaListOffset(topic string, partition int32, timestamp int64, cu
 	epoch := kafkaEpoch(term)
 	if err := checkLeaderEpoch(topic, partition, current, epoch); err != nil {
 		return 0, 0, 0, err
+	}
+	if timestamp != replication.LatestTimestamp {
+		// Kafka answers the epoch of the batch that holds the offset;
+		// tapes keeps no epoch per offset, so: unknown.
+		epoch = -1
 	}
 	return off, ts, epoch, nil
 }
