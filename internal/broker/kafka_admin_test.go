@@ -549,3 +549,56 @@ func TestKafkaDescribeConfigsVersions(t *testing.T) {
 			codeName(got[3].ErrorCode), codeName(got[4].ErrorCode))
 	}
 }
+
+// TestKafkaAdminEveryVersion: every advertised version of each admin API
+// and ListOffsets is answered, decodes, and does what it is asked on a real
+// broker: a topic created per CreateTopics version, described, its records
+// listed and deleted, and the topic deleted per DeleteTopics version.
+func TestKafkaAdminEveryVersion(t *testing.T) {
+	kb := startKafkaBroker(t, nil)
+	var names []string
+	for v := int16(kafkaCreateTopicsMin); v <= kafkaCreateTopicsMax; v++ {
+		name := fmt.Sprintf("create-v%d", v)
+		names = append(names, name)
+		rt := kb.roundTrip(t, createTopicsReq(v, false, newTopic(name, 1, 1, "retention.bytes", "100000"))).(*kmsg.CreateTopicsResponse).Topics[0]
+		if rt.ErrorCode != 0 || rt.Topic != name {
+			t.Fatalf("CreateTopics v%d: %s %v", v, codeName(rt.ErrorCode), rt.ErrorMessage)
+		}
+	}
+	kb.produce(t, names[0], 10, 20, 30)
+	for v := int16(kafkaDescribeConfigsMin); v <= kafkaDescribeConfigsMax; v++ {
+		req := kmsg.NewPtrDescribeConfigsRequest()
+		req.Version = v
+		req.Resources = []kmsg.DescribeConfigsRequestResource{{ResourceType: kmsg.ConfigResourceTypeTopic, ResourceName: names[v%int16(len(names))], ConfigNames: []string{"retention.bytes"}}}
+		rr := kb.roundTrip(t, req).(*kmsg.DescribeConfigsResponse).Resources[0]
+		if rr.ErrorCode != 0 || len(rr.Configs) != 1 || *rr.Configs[0].Value != "100000" || rr.Configs[0].Source != kmsg.ConfigSourceDynamicTopicConfig {
+			t.Fatalf("DescribeConfigs v%d: %+v", v, rr)
+		}
+	}
+	for v := int16(kafkaListOffsetsMin); v <= kafkaListOffsetsMax; v++ {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.Version, req.ReplicaID = v, -1
+		req.Topics = []kmsg.ListOffsetsRequestTopic{{Topic: names[0], Partitions: []kmsg.ListOffsetsRequestTopicPartition{{Partition: 0, CurrentLeaderEpoch: -1, Timestamp: 20}}}}
+		p := kb.roundTrip(t, req).(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
+		if p.ErrorCode != 0 || p.Offset != 1 || p.Timestamp != 20 {
+			t.Fatalf("ListOffsets v%d at 20: %s offset %d ts %d, want offset 1", v, codeName(p.ErrorCode), p.Offset, p.Timestamp)
+		}
+	}
+	for v := int16(kafkaDeleteRecordsMin); v <= kafkaDeleteRecordsMax; v++ {
+		req := kmsg.NewPtrDeleteRecordsRequest()
+		req.Version, req.TimeoutMillis = v, 30000
+		req.Topics = []kmsg.DeleteRecordsRequestTopic{{Topic: names[0], Partitions: []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: int64(v + 1)}}}}
+		p := kb.roundTrip(t, req).(*kmsg.DeleteRecordsResponse).Topics[0].Partitions[0]
+		if p.ErrorCode != 0 || p.LowWatermark != int64(v+1) {
+			t.Fatalf("DeleteRecords v%d before %d: %s low watermark %d", v, v+1, codeName(p.ErrorCode), p.LowWatermark)
+		}
+	}
+	for v := int16(kafkaDeleteTopicsMin); v <= kafkaDeleteTopicsMax; v++ {
+		req := kmsg.NewPtrDeleteTopicsRequest()
+		req.Version, req.TimeoutMillis, req.TopicNames = v, 30000, []string{names[v-kafkaDeleteTopicsMin]}
+		rt := kb.roundTrip(t, req).(*kmsg.DeleteTopicsResponse).Topics[0]
+		if rt.ErrorCode != 0 || rt.Topic == nil || *rt.Topic != names[v-kafkaDeleteTopicsMin] {
+			t.Fatalf("DeleteTopics v%d: %s %v", v, codeName(rt.ErrorCode), rt.ErrorMessage)
+		}
+	}
+}
