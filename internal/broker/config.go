@@ -116,14 +116,15 @@ const clientMaxMessageBytes = 4 << 20
 // DefaultConfig returns the defaults for the timing fields.
 func DefaultConfig() Config {
 	return Config{
-		Raft:                   replication.DefaultRaftTimings(),
-		ReplicaLagTimeMax:      10 * time.Second,
-		RetentionCheckInterval: 5 * time.Second,
-		PreferredLeaderDelay:   5 * time.Second,
-		HeartbeatInterval:      time.Second,
-		SessionTimeout:         4 * time.Second,
-		MaxPartitionsPerBroker: DefaultMaxPartitionsPerBroker,
-		DefaultPartitions:      1, DefaultReplicationFactor: 1,
+		Raft:                     replication.DefaultRaftTimings(),
+		ReplicaLagTimeMax:        10 * time.Second,
+		RetentionCheckInterval:   5 * time.Second,
+		PreferredLeaderDelay:     5 * time.Second,
+		HeartbeatInterval:        time.Second,
+		SessionTimeout:           4 * time.Second,
+		MaxPartitionsPerBroker:   DefaultMaxPartitionsPerBroker,
+		DefaultPartitions:        1,
+		DefaultReplicationFactor: 1,
 		Groups: GroupConfig{
 			OffsetsTopicPartitions:        6,
 			OffsetsTopicReplicationFactor: 3,

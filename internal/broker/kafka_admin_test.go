@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -120,6 +121,23 @@ func TestTopicConfigEntries(t *testing.T) {
 	}
 	if got := topicConfigEntries(nil, []string{"retention.ms", "cleanup.policy"}); len(got) != 1 || got[0].Name != "retention.ms" {
 		t.Errorf("want retention.ms and an unknown name: %+v", got)
+	}
+}
+
+// TestValidateConfigTopicDefaults: num.partitions and
+// default.replication.factor below 1 (or a factor past int16) are
+// ErrTopicDefaults.
+func TestValidateConfigTopicDefaults(t *testing.T) {
+	for _, edit := range []func(*Config){
+		func(c *Config) { c.DefaultPartitions = 0 },
+		func(c *Config) { c.DefaultReplicationFactor = -1 },
+		func(c *Config) { c.DefaultReplicationFactor = 1 << 15 },
+	} {
+		c := validConfig(t)
+		edit(&c)
+		if err := ValidateConfig(&c); !errors.Is(err, ErrTopicDefaults) {
+			t.Errorf("partitions %d, replication factor %d: %v, want ErrTopicDefaults", c.DefaultPartitions, c.DefaultReplicationFactor, err)
+		}
 	}
 }
 
