@@ -36,8 +36,8 @@ func init() {
 	}
 }
 
-const networkAbout = `Every connection between the processes of ` + "`cluster up`" + ` (broker to broker, producer
-or consumer to broker) crosses a link the launcher owns: a loopback proxy per ordered pair.
+const networkAbout = `Every connection between the processes of ` + "`cluster up`" + ` (broker to broker, producer,
+consumer or Kafka client to broker) crosses a link the launcher owns: a loopback proxy per ordered pair.
 A cut link delivers nothing and the connection hangs until the peers' own timeouts fire, as
 on a network that lost the route; the processes are never told. After ` + "`chaos heal`" + `, what
 was sent and not yet given up on arrives.`

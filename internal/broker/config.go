@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,6 +51,10 @@ type Config struct {
 	// metadata.State.CheckBudget); ARCHITECTURE.md "Partition budget" has
 	// the measurement behind the default.
 	MaxPartitionsPerBroker int
+	// DefaultPartitions and DefaultReplicationFactor are Kafka's
+	// num.partitions and default.replication.factor: what a Kafka
+	// CreateTopics asking for -1 gets (kafka_admin.go). Kafka's defaults, 1.
+	DefaultPartitions, DefaultReplicationFactor int32
 
 	// Groups configures the consumer group coordinator.
 	Groups GroupConfig
@@ -88,6 +93,7 @@ var (
 	ErrSessionTiming = errors.New("session timeout must exceed the heartbeat interval")
 	ErrGroupConfig   = errors.New("invalid group coordinator config")
 	ErrBudget        = errors.New("invalid max partitions per broker")
+	ErrTopicDefaults = errors.New("invalid topic defaults")
 )
 
 // DefaultMaxPartitionsPerBroker: measured on a 2-core machine, 300 replicas
@@ -110,13 +116,15 @@ const clientMaxMessageBytes = 4 << 20
 // DefaultConfig returns the defaults for the timing fields.
 func DefaultConfig() Config {
 	return Config{
-		Raft:                   replication.DefaultRaftTimings(),
-		ReplicaLagTimeMax:      10 * time.Second,
-		RetentionCheckInterval: 5 * time.Second,
-		PreferredLeaderDelay:   5 * time.Second,
-		HeartbeatInterval:      time.Second,
-		SessionTimeout:         4 * time.Second,
-		MaxPartitionsPerBroker: DefaultMaxPartitionsPerBroker,
+		Raft:                     replication.DefaultRaftTimings(),
+		ReplicaLagTimeMax:        10 * time.Second,
+		RetentionCheckInterval:   5 * time.Second,
+		PreferredLeaderDelay:     5 * time.Second,
+		HeartbeatInterval:        time.Second,
+		SessionTimeout:           4 * time.Second,
+		MaxPartitionsPerBroker:   DefaultMaxPartitionsPerBroker,
+		DefaultPartitions:        1,
+		DefaultReplicationFactor: 1,
 		Groups: GroupConfig{
 			OffsetsTopicPartitions:        6,
 			OffsetsTopicReplicationFactor: 3,
@@ -168,6 +176,9 @@ func ValidateConfig(c *Config) error {
 	}
 	if c.MaxPartitionsPerBroker <= 0 {
 		return fmt.Errorf("%w: %d", ErrBudget, c.MaxPartitionsPerBroker)
+	}
+	if c.DefaultPartitions <= 0 || c.DefaultReplicationFactor <= 0 || c.DefaultReplicationFactor > math.MaxInt16 {
+		return fmt.Errorf("%w: default partitions %d, default replication factor %d (each at least 1)", ErrTopicDefaults, c.DefaultPartitions, c.DefaultReplicationFactor)
 	}
 	if worst := c.MaxPartitionsPerBroker * len(c.Peers) * maxPartitionMetadataBytes; worst > clientMaxMessageBytes {
 		return fmt.Errorf("%w: %d partitions per broker x %d brokers could make a Metadata answer of %d bytes, over the %d a gRPC client accepts; at most %d per broker",

@@ -157,17 +157,7 @@ func (k *kconn) send(req kmsg.Request, v int16) int32 {
 	k.t.Helper()
 	req.SetVersion(v)
 	k.corr++
-	b := binary.BigEndian.AppendUint16(nil, uint16(req.Key()))
-	b = binary.BigEndian.AppendUint16(b, uint16(v))
-	b = binary.BigEndian.AppendUint32(b, uint32(k.corr))
-	b = binary.BigEndian.AppendUint16(b, 4)
-	b = append(b, "test"...)
-	if req.IsFlexible() {
-		b = append(b, 0)
-	}
-	b = req.AppendTo(b)
-	frame := binary.BigEndian.AppendUint32(nil, uint32(len(b)))
-	if _, err := k.c.Write(append(frame, b...)); err != nil {
+	if _, err := k.c.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("test")).AppendRequest(nil, req, k.corr)); err != nil {
 		k.t.Fatal(err)
 	}
 	return k.corr

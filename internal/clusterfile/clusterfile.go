@@ -25,7 +25,7 @@ func DefaultDir() string {
 type Process struct {
 	// Name addresses the process in every command: "broker-1", "producer-1", "consumer-2".
 	Name string `json:"name"`
-	// Kind is "broker", "producer" or "consumer".
+	// Kind is "broker", "producer", "consumer" or "kafka" (a Kafka client).
 	Kind string `json:"kind"`
 	// ID is the broker id for brokers, 0 otherwise.
 	ID int32 `json:"id,omitempty"`

@@ -380,6 +380,10 @@ type ProcessState struct {
 	State string
 	// LastExit is how the last run ended ("" while running).
 	LastExit string
+	// Command is the program and arguments of a process StartProcess
+	// started, as it runs them (a Kafka client's bootstrap replaced);
+	// nil for brokers.
+	Command []string
 }
 
 // ProcessStatus returns the named process's state.
@@ -391,6 +395,9 @@ func (c *Cluster) ProcessStatus(name string) (ProcessState, error) {
 		return ProcessState{}, fmt.Errorf("launch: %q: %w", name, ErrUnknownProcess)
 	}
 	st := ProcessState{Proc: ch.proc}
+	if ch.kind != "broker" {
+		st.Command = append([]string{ch.path}, ch.args...)
+	}
 	switch r := ch.liveLocked(); {
 	case r != nil && r.paused:
 		st.State = "paused"

@@ -46,11 +46,12 @@ func indexOf(s []string, v string) int {
 	return -1
 }
 
-// TestChaosCLI drives a real `cluster up` (with its links) through the
-// chaos commands: status, isolate --leader-of (a new leader is elected
-// elsewhere), heal, pause --for, kill, restart, start a producer under the
-// cluster, and a clear error for an unknown name.
-func TestChaosCLI(t *testing.T) {
+// clusterUp starts a real `cluster up --demo` (with its links and fast
+// broker timings) in a new directory, waits until it prints its control
+// endpoint, and stops it (SIGINT) when the test ends. It returns the
+// directory.
+func clusterUp(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	up := exec.Command(filepath.Join(binDir, "cluster"), "up", "--dir", dir, "--brokers", "3", "--demo")
 	for i := 0; i+1 < len(testcluster.FastBrokerArgs); i += 2 {
@@ -92,6 +93,15 @@ func TestChaosCLI(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("cluster up not ready after 60s")
 	}
+	return dir
+}
+
+// TestChaosCLI drives a real `cluster up` (with its links) through the
+// chaos commands: status, isolate --leader-of (a new leader is elected
+// elsewhere), heal, pause --for, kill, restart, start a producer under the
+// cluster, and a clear error for an unknown name.
+func TestChaosCLI(t *testing.T) {
+	dir := clusterUp(t)
 
 	code, out := chaosCmd(t, dir, "status")
 	if code != 0 || !strings.Contains(out, "broker-3") || !strings.Contains(out, "6 links, all healthy") {
