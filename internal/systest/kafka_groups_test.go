@@ -405,27 +405,36 @@ func mixedGroupAgrees(t *testing.T, e *testcluster.Env, adm *kadm.Client, group,
 	return d, nil
 }
 
-// cliOffsets parses `cluster groups describe GROUP`: partition ->
-// CURRENT-OFFSET (-1 for "-").
-func cliOffsets(t *testing.T, e *testcluster.Env, group string) (map[int32]int64, error) {
+// cliRow is one row of `cluster groups describe GROUP`: CURRENT-OFFSET,
+// LOG-END-OFFSET and LAG (-1 for "-") and CONSUMER-ID.
+type cliRow struct {
+	current, end, lag int64
+	consumer          string
+}
+
+// cliOffsets parses `cluster groups describe GROUP`, by partition.
+func cliOffsets(t *testing.T, e *testcluster.Env, group string) (map[int32]cliRow, error) {
 	out, err := cli(t, e, "", "groups", "describe", group)
 	if err != nil {
 		return nil, err
 	}
-	offs := map[int32]int64{}
+	num := func(s string) int64 {
+		if s == "-" {
+			return -1
+		}
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	rows := map[int32]cliRow{}
 	for _, r := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
 		f := strings.Fields(r)
-		if len(f) < 4 {
+		if len(f) < 7 {
 			return nil, fmt.Errorf("row %q", r)
 		}
 		p, _ := strconv.Atoi(f[2])
-		o := int64(-1)
-		if f[3] != "-" {
-			o, _ = strconv.ParseInt(f[3], 10, 64)
-		}
-		offs[int32(p)] = o
+		rows[int32(p)] = cliRow{current: num(f[3]), end: num(f[4]), lag: num(f[5]), consumer: f[6]}
 	}
-	return offs, nil
+	return rows, nil
 }
 
 // kadmOffsets is kadm FetchOffsets of group, partition -> offset.
@@ -593,9 +602,13 @@ func TestKafkaMixedGroup(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			b, err := cliOffsets(t, e, g)
+			rows, err := cliOffsets(t, e, g)
 			if err != nil {
 				return err
+			}
+			b := map[int32]int64{}
+			for p, r := range rows {
+				b[p] = r.current
 			}
 			for p, o := range b {
 				if _, ok := a[p]; !ok && o == -1 {
@@ -618,6 +631,41 @@ func TestKafkaMixedGroup(t *testing.T) {
 			return nil
 		})
 	}
+
+	// kadm's lag (DescribeGroups, OffsetFetch and ListOffsets through the
+	// Kafka listeners) equals the CLI's LOG-END-OFFSET, LAG and
+	// CONSUMER-ID columns.
+	eventually.Nil(t, 60*time.Second, "kadm Lag to equal cluster groups describe", func() error {
+		lags, err := adm.Lag(ctx, grp)
+		if err != nil {
+			return err
+		}
+		l := lags[grp]
+		if err := l.Error(); err != nil {
+			return err
+		}
+		rows, err := cliOffsets(t, e, grp)
+		if err != nil {
+			return err
+		}
+		if len(rows) != n {
+			return fmt.Errorf("CLI rows %v", rows)
+		}
+		for p, r := range rows {
+			ml, ok := l.Lag.Lookup(topic, p)
+			if !ok || ml.Err != nil {
+				return fmt.Errorf("kadm lag of partition %d: %v %v", p, ok, ml.Err)
+			}
+			consumer := "-"
+			if ml.Member != nil {
+				consumer = ml.Member.MemberID
+			}
+			if ml.Lag != r.lag || ml.End.Offset != r.end || ml.Commit.At != r.current || consumer != r.consumer {
+				return fmt.Errorf("partition %d: kadm commit %d end %d lag %d member %s; CLI %+v", p, ml.Commit.At, ml.End.Offset, ml.Lag, consumer, r)
+			}
+		}
+		return nil
+	})
 
 	// SIGKILL the franz-go member: after its session timeout (3 s) its
 	// partitions move to the consumerd members.
