@@ -40,7 +40,9 @@ const networkAbout = `Every connection between the processes of ` + "`cluster up
 or consumer to broker) crosses a link the launcher owns: a loopback proxy per ordered pair.
 A cut link delivers nothing and the connection hangs until the peers' own timeouts fire, as
 on a network that lost the route; the processes are never told. After ` + "`chaos heal`" + `, what
-was sent and not yet given up on arrives.`
+was sent and not yet given up on arrives. On a cluster started with ` + "`cluster up --netns`" + `, brokers
+reach each other directly, host to host: fault them with ip-partition, ip-isolate and ip-delay
+(root); heal removes those faults too.`
 
 func (c networkCommand) Run(ctx context.Context, args []string) error {
 	var synopsis string
@@ -81,7 +83,7 @@ func (c networkCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("%w: status takes no arguments", errUsage)
 		}
 		printStatus(c.stdout, st)
-		return nil
+		return printHostFaults(ctx, c.stdout, *dir)
 	case "heal":
 		if len(rest) > 0 {
 			return fmt.Errorf("%w: heal takes no arguments", errUsage)
@@ -90,6 +92,16 @@ func (c networkCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("heal: %w", err)
 		}
 		fmt.Fprintln(c.stdout, "healed: every link carries bytes both ways, without delay")
+		if f, err := clusterfile.Read(*dir); err == nil && len(hostsOf(f)) > 0 {
+			hosts, err := clusterHosts(*dir)
+			if err == nil {
+				err = healHosts(ctx, hosts)
+			}
+			if err != nil {
+				return fmt.Errorf("heal the hosts' IP-level faults: %w", err)
+			}
+			fmt.Fprintln(c.stdout, "healed: no host drops or delays packets")
+		}
 		return nil
 	}
 
