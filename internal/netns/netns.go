@@ -132,7 +132,7 @@ func Create(ctx context.Context, cfg Config) (*Network, error) {
 		return nil, fmt.Errorf("netns: no hosts given")
 	}
 	ipPath, _ := exec.LookPath("ip")
-	sweep(ctx, cfg.Prefix)
+	remove(ctx, cfg.Prefix, func(pid int) bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
 	auto := !cfg.Subnet.IsValid()
 	var candidates []netip.Prefix
 	if auto {
@@ -294,36 +294,46 @@ func Links(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// sweep removes the namespaces and bridges that a process of this package,
-// now dead, left behind (it was killed before its Close). Errors are
-// ignored: whatever is left is tried again next time.
-func sweep(ctx context.Context, prefix string) {
-	dead := func(tag string) bool {
+// Leftovers removes the namespaces (of prefix) and bridges that networks
+// of this process made and did not close, and returns their names: a
+// test's cleanup expects none.
+func Leftovers(ctx context.Context, prefix string) []string {
+	own := os.Getpid()
+	return remove(ctx, prefix, func(pid int) bool { return pid == own })
+}
+
+// remove deletes the namespaces and bridges that Create made (by their
+// names) in processes for which whose(pid) holds, and returns their names:
+// Create sweeps those of dead processes (killed before their Close).
+// Errors are ignored: whatever is left is tried again next time.
+func remove(ctx context.Context, prefix string, whose func(pid int) bool) []string {
+	match := func(tag string) bool {
 		m := tagRE.FindStringSubmatch(tag)
 		if m == nil {
 			return false
 		}
 		pid, err := strconv.ParseInt(m[1], 36, 32)
-		if err != nil || pid <= 0 {
-			return false
-		}
-		return syscall.Kill(int(pid), 0) == syscall.ESRCH
+		return err == nil && pid > 0 && whose(int(pid))
 	}
+	var removed []string
 	if names, err := Namespaces(ctx); err == nil {
 		for _, ns := range names {
 			rest, ok := strings.CutPrefix(ns, prefix+"-")
-			if tag, _, ok2 := strings.Cut(rest, "-"); ok && ok2 && dead(tag) {
+			if tag, _, ok2 := strings.Cut(rest, "-"); ok && ok2 && match(tag) {
 				run(ctx, "ip", "netns", "del", ns)
+				removed = append(removed, ns)
 			}
 		}
 	}
 	if links, err := Links(ctx); err == nil {
 		for _, l := range links {
-			if tag, ok := strings.CutPrefix(l, "tp"); ok && strings.HasSuffix(tag, "br") && dead(strings.TrimSuffix(tag, "br")) {
+			if tag, ok := strings.CutPrefix(l, "tp"); ok && strings.HasSuffix(tag, "br") && match(strings.TrimSuffix(tag, "br")) {
 				run(ctx, "ip", "link", "del", l)
+				removed = append(removed, l)
 			}
 		}
 	}
+	return removed
 }
 
 // hostPrefixes returns the IPv4 prefixes of the host namespace's addresses
