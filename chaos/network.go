@@ -253,7 +253,7 @@ func printStatus(w io.Writer, st *tapesv1.ClusterStatusResponse) {
 	}
 	fmt.Fprintf(w, "\n%d links", len(st.Links))
 	if len(st.Links) == 0 {
-		fmt.Fprintln(w, " (started with --links=false: no network faults possible)")
+		fmt.Fprintln(w, " (started with --links=false, or on hosts of their own (--netns) before any producer or consumer: no link faults possible)")
 		return
 	}
 	if len(faults) == 0 {
