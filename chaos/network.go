@@ -170,6 +170,9 @@ func (c networkCommand) Run(ctx context.Context, args []string) error {
 		what = fmt.Sprintf("delayed every link of %s by %d ms ± %d ms", name, *ms, *jitter)
 	}
 	if len(changes) == 0 {
+		if f, err := clusterfile.Read(*dir); err == nil && len(hostsOf(f)) > 0 {
+			return fmt.Errorf("%s has no links to change: the brokers run on hosts of their own (cluster up --netns) and reach each other directly; use chaos ip-%s", name, c.verb)
+		}
 		return fmt.Errorf("%s has no links to change: was `cluster up` started with --links=false?", name)
 	}
 	if _, err := cc.SetLinks(ctx, &tapesv1.SetLinksRequest{Links: linkInfos(changes)}); err != nil {
