@@ -105,7 +105,7 @@ func (u *upCommand) Run(ctx context.Context, args []string) error {
 	brokerd := fs.String("brokerd", "", "`PATH` of the brokerd binary (default: beside this program, else on $PATH)")
 	timeout := fs.Duration("timeout", time.Minute, "how long to wait for the cluster (and the demo topic) to be ready")
 	links := fs.Bool("links", true, "route every connection between processes (broker to broker, producer or consumer to broker) through a fault-injection link the launcher owns, so that `chaos` can cut, delay and heal it; --links=false connects them directly")
-	onHosts := fs.Bool("netns", false, "root only: run each broker on a host of its own, a network namespace with its own address on --netns-subnet, joined to the others by veth pairs and a bridge that this namespace reaches; `chaos ip-partition`, `ip-isolate` and `ip-delay` then fault the network between them. Everything made is removed on exit")
+	onHosts := fs.Bool("netns", false, "root only: run each broker on a host of its own, a network namespace with its own address on --netns-subnet, joined to the others by veth pairs and a bridge that this namespace reaches; chaos ip-partition, ip-isolate and ip-delay then fault the network between them. Everything made is removed on exit")
 	subnet := fs.String("netns-subnet", "10.77.0.0/24", "with --netns: the IPv4 `CIDR` of the hosts (broker-N at its Nth address, the bridge at its last); \"auto\": the first free 10.77.N.0/24")
 	controlListen := fs.String("control-listen", "127.0.0.1:0", "`ADDR` of the control endpoint (tapes.v1.ClusterControlService) that `chaos` drives; port 0: any free port")
 	webListen := fs.String("web-listen", "127.0.0.1:0", "`ADDR` of the live page (HTTP); port 0: any free port; empty: no page")
