@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tapes-dev/tapes/internal/eventually"
+	"github.com/tapes-dev/tapes/internal/storage"
 )
 
 func open(t *testing.T, dir string, opt Options) *Log {
@@ -559,4 +560,26 @@ func TestSyncFailureSticks(t *testing.T) {
 	if _, err := s.LastIndex(); !errors.Is(err, ErrFailed) {
 		t.Fatalf("LastIndex after a failed fsync: %v", err)
 	}
+}
+
+// TestCountsFsyncs: with the default sync, each round counts one raft_log
+// fsync in tapes_fsyncs_total, a new segment one dir fsync, reads none.
+func TestCountsFsyncs(t *testing.T) {
+	l := open(t, t.TempDir(), Options{SegmentBytes: 100})
+	defer l.Close()
+	s := view(t, l, "g")
+	count := func(what string, kind storage.FsyncKind, want uint64, op func() error) {
+		t.Helper()
+		before := storage.Fsyncs(kind)
+		if err := op(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if n := storage.Fsyncs(kind) - before; n != want {
+			t.Errorf("%s counted %d %s fsyncs, want %d", what, n, kind, want)
+		}
+	}
+	count("StoreLogs", storage.FsyncRaftLog, 1, func() error { return s.StoreLogs(entries(1, 10, 1)) })
+	count("StoreLogs in a new segment", storage.FsyncDir, 1, func() error { return s.StoreLogs(entries(11, 11, 1)) })
+	count("DeleteRange", storage.FsyncRaftLog, 1, func() error { return s.DeleteRange(1, 5) })
+	count("GetLog", storage.FsyncRaftLog, 0, func() error { var e raft.Log; return s.GetLog(7, &e) })
 }
