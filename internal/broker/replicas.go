@@ -118,14 +118,17 @@ func (b *Broker) topicExists(topic string, id metadata.TopicID) bool {
 // in the middle of a delete; and their groups' entries in the shared Raft
 // log. Called from reconcile only.
 func (b *Broker) removeStaleDirs(want map[string]wantReplica) {
-	for _, name := range b.raftLog.Groups() {
+	stale := func(name string) bool {
 		if _, ok := want[name]; ok {
-			continue
+			return false
 		}
 		b.mu.Lock()
 		_, open := b.replicas[name]
 		b.mu.Unlock()
-		if open {
+		return !open
+	}
+	for _, name := range b.raftLog.Groups() {
+		if !stale(name) {
 			continue
 		}
 		if s, err := b.raftLog.Group(name); err == nil {
@@ -145,13 +148,7 @@ func (b *Broker) removeStaleDirs(want map[string]wantReplica) {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if _, ok := want[name]; ok {
-			continue
-		}
-		b.mu.Lock()
-		_, open := b.replicas[name]
-		b.mu.Unlock()
-		if open {
+		if !stale(name) {
 			continue
 		}
 		b.log.Info("removing the directory of a partition this broker no longer hosts", "dir", name)

@@ -167,6 +167,10 @@ func Open(dir string, opt Options) (*Log, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raft log dir: %w", err)
 	}
+	// The directory's own entry must survive a crash with the segments.
+	if err := opt.SyncDir(filepath.Dir(dir)); err != nil {
+		return nil, fmt.Errorf("sync raft log's parent dir: %w", err)
+	}
 	l := &Log{dir: dir, opt: opt, groups: map[string]*group{}, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 	if err := l.recover(); err != nil {
 		l.closeFiles()
