@@ -12,7 +12,7 @@
 // oldest segment forever, so when a segment starts, the groups pinning the
 // oldest ones are carried forward: all their live entries are rewritten in
 // one frame (an image) into the new segment, if together they are small
-// (at most half a segment).
+// or the old segments are mostly garbage (see carryForward).
 //
 // Recovery reads every segment in order and replays its frames (entries,
 // deletes, images) with the same rules as the live log, so a DeleteRange
@@ -526,18 +526,30 @@ func (l *Log) fail(err error) error {
 	return err
 }
 
-// carryForward chooses the groups that pin the oldest segments, as long as
-// their live entries together stay under half a segment, and returns one
-// image operation for each (their entries read back from disk). Writer
-// goroutine, under mu's read lock.
+// carryForward chooses the groups that pin the oldest segments and returns
+// one image operation for each (their entries read back from disk), oldest
+// segment first, while either rule holds: the groups chosen so far hold at
+// most half a segment (small idle groups, carried at once), or the old
+// segments hold more than twice the live entries of every group plus a
+// segment (mostly garbage: copying the live entries costs less than it
+// frees) and the copy stays within two segments per roll (so that one
+// round never stalls every group for long). Writer goroutine, under mu's
+// read lock.
 func (l *Log) carryForward() ([]*op, error) {
 	pinning := map[*segment][]*group{}
+	var live int64
 	for _, g := range l.groups {
 		if len(g.pos) > 0 {
 			pinning[g.pos[0].seg] = append(pinning[g.pos[0].seg], g)
+			live += g.live
 		}
 	}
-	budget := l.opt.SegmentBytes / 2
+	var disk int64
+	for _, s := range l.segs[:len(l.segs)-1] {
+		disk += s.size
+	}
+	seg := l.opt.SegmentBytes
+	var copied int64
 	var ops []*op
 	for _, s := range l.segs[:len(l.segs)-1] {
 		gs := pinning[s]
@@ -545,10 +557,13 @@ func (l *Log) carryForward() ([]*op, error) {
 		for _, g := range gs {
 			need += g.live
 		}
-		if need > budget {
+		small := copied+need <= seg/2
+		garbage := disk > 2*live+seg && copied+need <= 2*seg
+		if !small && !garbage {
 			break
 		}
-		budget -= need
+		copied += need
+		disk -= s.size
 		sort.Slice(gs, func(i, j int) bool { return gs[i].name < gs[j].name })
 		for _, g := range gs {
 			o, err := l.image(g)

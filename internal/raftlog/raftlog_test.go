@@ -583,3 +583,47 @@ func TestCountsFsyncs(t *testing.T) {
 	count("DeleteRange", storage.FsyncRaftLog, 1, func() error { return s.DeleteRange(1, 5) })
 	count("GetLog", storage.FsyncRaftLog, 0, func() error { var e raft.Log; return s.GetLog(7, &e) })
 }
+
+// TestLargeIdleGroupCarriedWhenGarbage: a group too large to carry at once
+// (more than half a segment) that never compacts is carried forward once
+// the old segments are mostly other groups' compacted entries, so the log
+// does not grow without bound behind it.
+func TestLargeIdleGroupCarriedWhenGarbage(t *testing.T) {
+	opt := Options{SegmentBytes: 4 << 10}
+	l := open(t, t.TempDir(), opt)
+	defer l.Close()
+	idle := view(t, l, "idle")
+	big := bytes.Repeat([]byte("i"), 600)
+	for i := uint64(1); i <= 5; i++ { // 3 KB: over half a segment
+		if err := idle.StoreLog(&raft.Log{Index: i, Term: 1, Data: big}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	busy := view(t, l, "busy")
+	data := bytes.Repeat([]byte("x"), 500)
+	most := 0
+	for i := uint64(1); i <= 600; i++ {
+		if err := busy.StoreLog(&raft.Log{Index: i, Term: 1, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+		if i%20 == 0 {
+			first, _ := busy.FirstIndex()
+			if err := busy.DeleteRange(first, i-5); err != nil {
+				t.Fatal(err)
+			}
+		}
+		most = max(most, len(l.Segments()))
+	}
+	if most > 12 {
+		t.Errorf("%d segments at most for ~6 KB live in 4 KB segments", most)
+	}
+	if segs := l.Segments(); segs[0] == segmentName(1) {
+		t.Errorf("the first segment was never removed: %v", segs)
+	}
+	var e raft.Log
+	for i := uint64(1); i <= 5; i++ {
+		if err := idle.GetLog(i, &e); err != nil || !bytes.Equal(e.Data, big) {
+			t.Fatalf("idle entry %d after being carried: %v", i, err)
+		}
+	}
+}
