@@ -484,26 +484,7 @@ func TestSegmentsRemovedAndIdleGroupsCarried(t *testing.T) {
 		t.Fatal(err)
 	}
 	busy := view(t, l, "busy")
-	data := bytes.Repeat([]byte("x"), 500)
-	most := 0
-	for i := uint64(1); i <= 400; i++ {
-		if err := busy.StoreLog(&raft.Log{Index: i, Term: 1, Data: data}); err != nil {
-			t.Fatal(err)
-		}
-		if i%20 == 0 {
-			first, _ := busy.FirstIndex()
-			if err := busy.DeleteRange(first, i-5); err != nil {
-				t.Fatal(err)
-			}
-		}
-		most = max(most, len(l.Segments()))
-	}
-	if most > 6 {
-		t.Errorf("%d segments at most for ~8 KB live", most)
-	}
-	if segs := l.Segments(); segs[0] == segmentName(1) {
-		t.Errorf("the first segment was never removed: %v", segs)
-	}
+	compactingAppends(t, l, busy, 400, 6)
 	ref := raft.NewInmemStore()
 	ref.StoreLogs(entries(1, 3, 1))
 	same(t, "idle group", ref, idle)
@@ -599,10 +580,23 @@ func TestLargeIdleGroupCarriedWhenGarbage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	busy := view(t, l, "busy")
+	compactingAppends(t, l, view(t, l, "busy"), 600, 12)
+	var e raft.Log
+	for i := uint64(1); i <= 5; i++ {
+		if err := idle.GetLog(i, &e); err != nil || !bytes.Equal(e.Data, big) {
+			t.Fatalf("idle entry %d after being carried: %v", i, err)
+		}
+	}
+}
+
+// compactingAppends appends n 500-byte entries to busy, compacting all but
+// the last few every 20 (as raft does after its snapshots), and checks that
+// l never had more than most segments and that its first one was removed.
+func compactingAppends(t *testing.T, l *Log, busy *Store, n uint64, most int) {
+	t.Helper()
 	data := bytes.Repeat([]byte("x"), 500)
-	most := 0
-	for i := uint64(1); i <= 600; i++ {
+	seen := 0
+	for i := uint64(1); i <= n; i++ {
 		if err := busy.StoreLog(&raft.Log{Index: i, Term: 1, Data: data}); err != nil {
 			t.Fatal(err)
 		}
@@ -612,18 +606,12 @@ func TestLargeIdleGroupCarriedWhenGarbage(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		most = max(most, len(l.Segments()))
+		seen = max(seen, len(l.Segments()))
 	}
-	if most > 12 {
-		t.Errorf("%d segments at most for ~6 KB live in 4 KB segments", most)
+	if seen > most {
+		t.Errorf("%d segments at most (of 4 KB), want at most %d", seen, most)
 	}
 	if segs := l.Segments(); segs[0] == segmentName(1) {
 		t.Errorf("the first segment was never removed: %v", segs)
-	}
-	var e raft.Log
-	for i := uint64(1); i <= 5; i++ {
-		if err := idle.GetLog(i, &e); err != nil || !bytes.Equal(e.Data, big) {
-			t.Fatalf("idle entry %d after being carried: %v", i, err)
-		}
 	}
 }
