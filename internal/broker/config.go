@@ -32,6 +32,10 @@ type Config struct {
 	Peers map[metadata.BrokerID]string
 
 	Raft replication.RaftTimings
+	// RaftLog is where new partition groups keep their Raft log: the
+	// broker's shared log in DATA/raftlog (group commit) or a raft.db per
+	// group. Existing groups keep theirs. Empty: DefaultRaftLog.
+	RaftLog replication.RaftLogKind
 	// ReplicaLagTimeMax is Kafka's replica.lag.time.max.ms.
 	ReplicaLagTimeMax time.Duration
 	// RetentionCheckInterval is Kafka's log.retention.check.interval.ms.
@@ -113,10 +117,15 @@ const maxPartitionMetadataBytes = 160
 // topic of a cluster at its partition budget must fit in it.
 const clientMaxMessageBytes = 4 << 20
 
+// DefaultRaftLog is the Raft log store of new partition groups; see
+// ARCHITECTURE.md "Where the time goes" for the measurement.
+const DefaultRaftLog = replication.RaftLogWAL
+
 // DefaultConfig returns the defaults for the timing fields.
 func DefaultConfig() Config {
 	return Config{
 		Raft:                     replication.DefaultRaftTimings(),
+		RaftLog:                  DefaultRaftLog,
 		ReplicaLagTimeMax:        10 * time.Second,
 		RetentionCheckInterval:   5 * time.Second,
 		PreferredLeaderDelay:     5 * time.Second,
@@ -167,6 +176,12 @@ func ValidateConfig(c *Config) error {
 	}
 	if c.RetentionCheckInterval <= 0 || c.HeartbeatInterval <= 0 {
 		return fmt.Errorf("%w: retention check %v, heartbeat %v", ErrTiming, c.RetentionCheckInterval, c.HeartbeatInterval)
+	}
+	if c.RaftLog == "" {
+		c.RaftLog = DefaultRaftLog
+	}
+	if _, err := replication.ParseRaftLogKind(string(c.RaftLog)); err != nil {
+		return err
 	}
 	if c.PreferredLeaderDelay < 0 {
 		return fmt.Errorf("%w: preferred leader delay %v", ErrTiming, c.PreferredLeaderDelay)

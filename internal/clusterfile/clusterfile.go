@@ -36,8 +36,13 @@ type Process struct {
 	// KafkaAddress is the broker's Kafka listener (host:port), which Kafka
 	// clients dial; brokers only, absent in files from before it existed.
 	KafkaAddress string `json:"kafka_address,omitempty"`
-	DataDir      string `json:"data_dir,omitempty"`
-	Log          string `json:"log,omitempty"`
+	// Netns is the network namespace the broker runs in and Veth the
+	// host-side end of its veth pair, on a cluster started on hosts of
+	// their own (`cluster up --netns`); empty otherwise.
+	Netns   string `json:"netns,omitempty"`
+	Veth    string `json:"veth,omitempty"`
+	DataDir string `json:"data_dir,omitempty"`
+	Log     string `json:"log,omitempty"`
 }
 
 // File is the content of cluster.json.

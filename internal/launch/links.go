@@ -63,7 +63,7 @@ func (c *Cluster) linkLocked(from string, to *child) (*netfault.Link, error) {
 // peersOf is broker ch's --peers value: itself directly, the others through
 // its links to them (or directly without links).
 func (c *Cluster) peersOf(ch *child) string {
-	if !c.withLinks {
+	if !c.withLinks || c.network != nil {
 		return c.peers
 	}
 	c.mu.Lock()
