@@ -59,6 +59,11 @@ const (
 	OutOfOrderSequenceNumber Code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
 	InvalidProducerEpoch     Code = "INVALID_PRODUCER_EPOCH"
 	UnknownProducerID        Code = "UNKNOWN_PRODUCER_ID"
+	// Kafka's Fetch: a current_leader_epoch older or newer than the
+	// leader's; an incremental fetch session this broker does not hold.
+	FencedLeaderEpoch      Code = "FENCED_LEADER_EPOCH"
+	UnknownLeaderEpoch     Code = "UNKNOWN_LEADER_EPOCH"
+	FetchSessionIDNotFound Code = "FETCH_SESSION_ID_NOT_FOUND"
 )
 
 // retriable lists the codes for which Kafka's client retries the same request
@@ -77,6 +82,9 @@ var retriable = map[Code]bool{
 	CoordinatorLoadInProgress:    true,
 	UnknownTopicOrPartition:      true,
 	CorruptMessage:               true,
+	FencedLeaderEpoch:            true,
+	UnknownLeaderEpoch:           true,
+	FetchSessionIDNotFound:       true,
 }
 
 // Retriable reports whether a request that failed with c may succeed if sent again.
@@ -102,7 +110,8 @@ func (c Code) grpcCode() codes.Code {
 	case LeaderNotAvailable, BrokerNotAvailable, NotEnoughReplicas, CoordinatorNotAvailable, CoordinatorLoadInProgress:
 		return codes.Unavailable
 	case NotLeaderOrFollower, NotController, NotCoordinator, IllegalGeneration,
-		RebalanceInProgress, NotEnoughReplicasAfterAppend, OutOfOrderSequenceNumber, InvalidProducerEpoch, NonEmptyGroup:
+		RebalanceInProgress, NotEnoughReplicasAfterAppend, OutOfOrderSequenceNumber, InvalidProducerEpoch, NonEmptyGroup,
+		FencedLeaderEpoch, UnknownLeaderEpoch, FetchSessionIDNotFound:
 		return codes.FailedPrecondition
 	}
 	return codes.Internal
