@@ -49,70 +49,25 @@ func (l *Log) ReadBatches(offset int64, maxBytes int, upTo int64, minOne bool) (
 }
 
 func (l *Log) readBatches(offset int64, maxBytes int, upTo int64, minOne bool) ([]StoredBatch, error) {
-	l.mu.RLock()
-	if l.closed {
-		l.mu.RUnlock()
-		return nil, ErrClosed
-	}
-	start, end := l.logStart, l.endOffset()
-	if offset < start || offset > end {
-		l.mu.RUnlock()
-		return nil, fmt.Errorf("read batches at offset %d, log holds [%d, %d): %w", offset, start, end, ErrOffsetOutOfRange)
-	}
-	upTo = min(upTo, end)
-	if offset >= upTo {
-		l.mu.RUnlock()
-		return nil, nil
-	}
-	segs := l.segs
-	i := segmentIndex(segs, offset)
-	v := segs[i].view()
-	l.mu.RUnlock()
-
 	var (
 		out   []StoredBatch
 		total int
-		buf   [framePreambleSize]byte
 	)
-	partial := func(err error) ([]StoredBatch, error) {
-		if len(out) > 0 {
-			return out, nil
-		}
-		return nil, err
-	}
-	pos, p, err := v.seek(offset, &buf)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		next := p.nextOffset()
+	err := l.walk(offset, upTo, func(v segView, pos int64, p preamble) (bool, error) {
 		size := p.batchLen()
-		if next > upTo || total+size > maxBytes && (len(out) > 0 || !minOne) {
-			return out, nil
+		if p.nextOffset() > upTo || total+size > maxBytes && (len(out) > 0 || !minOne) {
+			return false, nil
 		}
 		b, err := readBatch(v.seg.f, pos, p)
 		if err != nil {
-			return partial(fmt.Errorf("%s: %w", v.seg.logPath, err))
+			return false, fmt.Errorf("%s: %w", v.seg.logPath, err)
 		}
 		out = append(out, StoredBatch{BaseOffset: p.baseOffset, Batch: b})
 		total += size
-		if next >= upTo {
-			return out, nil
-		}
-		if pos += p.size(); pos >= v.size {
-			if i++; i >= len(segs) {
-				return out, nil
-			}
-			l.mu.RLock()
-			v = segs[i].view()
-			l.mu.RUnlock()
-			pos = 0
-		}
-		if p, err = readPreamble(v.seg.f, pos, v.size, &buf); err != nil {
-			return partial(fmt.Errorf("%s: %w", v.seg.logPath, err))
-		}
-		if p.baseOffset != next {
-			return partial(fmt.Errorf("%w: %s: frame at %d has offset %d, want %d", ErrCorruptBatch, v.seg.logPath, pos, p.baseOffset, next))
-		}
+		return true, nil
+	})
+	if err != nil && len(out) > 0 {
+		return out, nil // what was read before the error: the next call reports it
 	}
+	return out, err
 }

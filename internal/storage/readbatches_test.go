@@ -27,6 +27,23 @@ func batchesRecords(t testing.TB, bs []StoredBatch) []Record {
 	return out
 }
 
+// uniformLog is a log of 30 batches of the same 10 records, all of one size
+// (same timestamp, key and value lengths), over small segments.
+func uniformLog(t *testing.T) (*Log, []Record) {
+	t.Helper()
+	l := openLog(t, t.TempDir(), smallConfig)
+	recs := make([]Record, 10)
+	for i := range recs {
+		recs[i] = Record{Timestamp: 7, Key: []byte("k"), Value: make([]byte, 40)}
+	}
+	for raft := uint64(1); raft <= 30; raft++ {
+		if _, err := l.Append(raft, EncodeBatch(recs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l, recs
+}
+
 func batchesSize(bs []StoredBatch) int {
 	n := 0
 	for _, sb := range bs {
@@ -60,16 +77,7 @@ func TestReadBatchesAgreesWithRead(t *testing.T) {
 }
 
 func TestReadBatchesBounds(t *testing.T) {
-	l := openLog(t, t.TempDir(), smallConfig)
-	recs := make([]Record, 10)
-	for i := range recs {
-		recs[i] = Record{Timestamp: 7, Key: []byte("k"), Value: make([]byte, 40)}
-	}
-	for raft := uint64(1); raft <= 30; raft++ {
-		if _, err := l.Append(raft, EncodeBatch(recs)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	l, recs := uniformLog(t)
 	size := len(EncodeBatch(recs)) // every batch: 10 records, same size
 	end := l.EndOffset()           // 300
 	for _, tc := range []struct {
