@@ -307,9 +307,10 @@ func appendKafkaBatches(dst []byte, bs []storage.StoredBatch, limit int, minOne 
 	start := len(dst)
 	for i, sb := range bs {
 		before := len(dst)
-		// Batches stored verbatim as Kafka's (kdata's storage batch
-		// version) pass through here, unchanged: at merge,
-		//	if kb, ok := sb.Batch.<kdata's method>(); ok { dst = append(dst, kb...) } else { ...AppendKafka below }
+		// MERGE POINT (kdata): a batch stored verbatim as Kafka's (storage
+		// batch version 3) passes through here unchanged, before AppendKafka:
+		//	if kb, ok := sb.Batch.Kafka(); ok { dst = append(dst, kb...) } else { AppendKafka as below }
+		// with the size check after it as for a converted batch.
 		var err error
 		if dst, err = sb.Batch.AppendKafka(dst, sb.BaseOffset); err != nil {
 			if i > 0 {

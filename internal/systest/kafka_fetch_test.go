@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,12 +157,12 @@ func produceGRPC(t *testing.T, e *testcluster.Env, topic string, p int32, recs [
 	}
 }
 
-// TestKafkaFetch: records produced through gRPC (as producerd and `cluster
-// produce` write them) read by a franz-go consumer exactly as gRPC's Fetch
+// TestKafkaFetch: records produced through gRPC (as producerd writes them)
+// and by `cluster produce` read by a franz-go consumer exactly as gRPC's Fetch
 // returns them; raw Fetch at every served version; the errors and empty
 // answers; a consumer of six partitions woken by a record on any one.
 func TestKafkaFetch(t *testing.T) {
-	e := start(t, 3)
+	e := start(t, 3, "--metrics-listen", "127.0.0.1:0")
 	e.CreateTopic("kf", 1, 3, nil)
 	e.CreateTopic("wake", 6, 3, nil)
 
@@ -176,7 +179,17 @@ func TestKafkaFetch(t *testing.T) {
 		many = append(many, &tapesv1.Record{Key: []byte(fmt.Sprintf("key-%d", i%7)), Value: bytes.Repeat([]byte{'a' + byte(i%26)}, i), TimestampMs: ts + int64(i%11)})
 	}
 	produceGRPC(t, e, "kf", 0, many)
+	var lines []string
+	for i := range 20 {
+		lines = append(lines, fmt.Sprintf("cli-%d", i))
+	}
+	if _, err := cli(t, e, strings.Join(lines, "\n")+"\n", "produce", "--topic", "kf", "--partition", "0", "--key", "alice", "--header", "src=cli", "--acks", "all"); err != nil {
+		t.Fatal(err)
+	}
 	want := e.ReadAll("kf", 0)
+	if n := len(want); n != 2+1+300+20 || string(want[n-1].Value) != "cli-19" || len(want[n-1].Headers) != 1 {
+		t.Fatalf("gRPC reads %d records, the last %v", n, want[n-1])
+	}
 
 	t.Run("kgo reads gRPC records", func(t *testing.T) {
 		c := consumeKafka(t, e, "kf", map[int32]int64{0: 0}, kgo.FetchMaxWait(time.Second), kgo.FetchMaxPartitionBytes(2000))
@@ -292,10 +305,29 @@ func TestKafkaFetch(t *testing.T) {
 			t.Fatalf("a follower names leader %d epoch %d, want %d epoch %d", p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch, leader, epoch)
 		}
 
+		// Each partition answered counts in the leader's fetch metric by its
+		// error name, as gRPC's Fetch.
+		resp, err := http.Get(e.ServedURL(testcluster.BrokerName(leader), "metrics"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{
+			`tapes_fetch_requests_total{error="OFFSET_OUT_OF_RANGE"} 2`,
+			`tapes_fetch_requests_total{error="FENCED_LEADER_EPOCH"} 1`,
+			`tapes_fetch_requests_total{error="UNKNOWN_LEADER_EPOCH"} 1`,
+			`tapes_fetch_requests_total{error="UNKNOWN_TOPIC_OR_PARTITION"} 2`,
+		} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("leader's metrics lack %q", want)
+			}
+		}
+
 		// An incremental fetch session: none is kept.
-		resp := fetch(12, 0, func(r *kmsg.FetchRequest) { r.SessionID, r.SessionEpoch = 5, 1 })
-		if fkerr.ErrorForCode(resp.ErrorCode) != fkerr.FetchSessionIDNotFound || resp.SessionID != 0 {
-			t.Fatalf("incremental fetch: %+v", resp)
+		fresp := fetch(12, 0, func(r *kmsg.FetchRequest) { r.SessionID, r.SessionEpoch = 5, 1 })
+		if fkerr.ErrorForCode(fresp.ErrorCode) != fkerr.FetchSessionIDNotFound || fresp.SessionID != 0 {
+			t.Fatalf("incremental fetch: %+v", fresp)
 		}
 		// A full one that asks for a session gets none (id 0).
 		if resp := fetch(12, 0, func(r *kmsg.FetchRequest) { r.SessionID, r.SessionEpoch = 0, 0 }); resp.ErrorCode != 0 || resp.SessionID != 0 {
