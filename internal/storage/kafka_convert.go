@@ -48,12 +48,17 @@ const NoLeaderEpoch int32 = -1
 // AppendKafka appends b, whose first record is at baseOffset, as one Kafka
 // record batch (magic 2) with partition leader epoch NoLeaderEpoch, the
 // producer fields of b's header (producerEpoch narrowed to Kafka's int16)
-// and CreateTime timestamps. b must be a stored batch (it passed Validate
+// and CreateTime timestamps. Only versions 1 and 2 are converted (any
+// other is refused, ErrCorruptBatch). b must be a stored batch (it passed Validate
 // when appended; ReadBatches checked its CRC); a record whose structure is
 // damaged gives an error wrapping ErrCorruptBatch and dst unchanged.
 func (b Batch) AppendKafka(dst []byte, baseOffset int64) ([]byte, error) {
 	if err := b.checkHeader(); err != nil {
 		return dst, err
+	}
+	if v := b[batchVersionAt]; v != batchVersion && v != batchVersionV1 {
+		// Only the record layout of versions 1 and 2 is rewritten here.
+		return dst, fmt.Errorf("%w: version %d is not converted to a Kafka batch", ErrCorruptBatch, v)
 	}
 	count := b.Count()
 	p := b.Producer()

@@ -129,6 +129,11 @@ func TestAppendKafkaRefusesDamage(t *testing.T) {
 		"short":          good[:10],
 		"truncated":      good[:len(good)-2],
 		"trailing bytes": append(append(Batch{}, good...), 0, 0, 0, 0, 0, 0),
+		"unknown version": func() Batch {
+			b := append(Batch{}, good...)
+			b[batchVersionAt] = 9
+			return reseal(b)
+		}(),
 		"bad length": func() Batch {
 			b := append(Batch{}, good...)
 			b[batchHeaderSize] = 0x7e // a record length of 63: past the end
