@@ -156,24 +156,13 @@ func TestAppendKafkaRefusesDamage(t *testing.T) {
 // 20 MB log (from the page cache), then AppendKafka; "read" is Read of the
 // same records, gRPC's Fetch path. MB/s counts stored batch bytes.
 func BenchmarkReadBatchesKafka(b *testing.B) {
-	l, err := Open(b.TempDir(), Config{SegmentBytes: 4 << 20}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	batch := benchBatch()
-	const batches = 2000
-	for i := 0; i < batches; i++ {
-		if _, err := l.Append(uint64(i+1), batch); err != nil {
-			b.Fatal(err)
-		}
-	}
+	l, batch := benchLog(b)
 	end := l.EndOffset()
 	b.Run("batches+kafka", func(b *testing.B) {
 		b.SetBytes(int64(len(batch)))
 		var dst []byte
 		for i := 0; i < b.N; i++ {
-			o := int64(i*7919%batches) * 100
+			o := int64(i*7919%benchBatches) * 100
 			bs, err := l.ReadBatches(o, len(batch), end, true)
 			if err != nil || len(bs) != 1 {
 				b.Fatalf("ReadBatches(%d) = %d batches, %v", o, len(bs), err)
@@ -187,7 +176,7 @@ func BenchmarkReadBatchesKafka(b *testing.B) {
 	b.Run("read", func(b *testing.B) {
 		b.SetBytes(int64(len(batch)))
 		for i := 0; i < b.N; i++ {
-			o := int64(i*7919%batches) * 100
+			o := int64(i*7919%benchBatches) * 100
 			if recs, err := l.Read(o, 1<<30, o+100); err != nil || len(recs) != 100 {
 				b.Fatalf("Read(%d) = %d records, %v", o, len(recs), err)
 			}
