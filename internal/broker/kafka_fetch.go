@@ -206,7 +206,7 @@ func fetchPartition(req *kmsg.FetchRequest, p *fetchPart, limit int, minOne bool
 		return fetchError(p.partition, p.lookupErr), p.lookupErr
 	}
 	res, err := read(p, limit, minOne)
-	err = checkLeaderEpoch(p, res, err)
+	err = fetchLeaderEpoch(p, res, err)
 	if kerr.Is(err, kerr.LeaderNotAvailable) {
 		// A leader just elected, catching up: retriable, and what every
 		// client handles (the Java consumer throws on LEADER_NOT_AVAILABLE).
@@ -265,35 +265,33 @@ func fetchError(partition int32, err error) kmsg.FetchResponseTopicPartition {
 	return rp
 }
 
-// checkLeaderEpoch applies the request's current_leader_epoch (v9+) to what
+// fetchLeaderEpoch applies the request's current_leader_epoch (v9+) to what
 // the replica answered, as Kafka checks it before leadership: -1 checks
-// nothing; on the leader an older epoch is FENCED_LEADER_EPOCH (the client
-// knows a leader that is gone) and a newer one UNKNOWN_LEADER_EPOCH (this
-// broker is behind); on a replica that is not the leader, the same
-// comparison with the term its Raft knows, NOT_LEADER_OR_FOLLOWER when
-// equal. The epoch is the Raft term (kafkaEpoch). A partition without a
-// local replica is not checked (Kafka does not either).
-func checkLeaderEpoch(p *fetchPart, res replication.BatchFetch, err error) error {
-	if p.epoch < 0 {
+// nothing; on the leader checkLeaderEpoch against its term (older
+// FENCED_LEADER_EPOCH: the client knows a leader that is gone; newer
+// UNKNOWN_LEADER_EPOCH: this broker is behind); on a replica that is not
+// the leader the same against the term its Raft knows, and
+// NOT_LEADER_OR_FOLLOWER when equal. The epoch is the Raft term
+// (kafkaEpoch). A partition without a local replica is not checked (Kafka
+// does not either).
+func fetchLeaderEpoch(p *fetchPart, res replication.BatchFetch, err error) error {
+	if p.epoch == -1 {
 		return err
 	}
 	local := kafkaEpoch(int64(res.Term))
+	notLeader, _ := kerr.As(err)
 	if err != nil {
-		ke, ok := kerr.As(err)
-		if !ok || ke.Code() != kerr.NotLeaderOrFollower || ke.Detail.LeaderEpoch <= 0 {
+		if notLeader == nil || notLeader.Code() != kerr.NotLeaderOrFollower || notLeader.Detail.LeaderEpoch <= 0 {
 			return err
 		}
-		local = kafkaEpoch(ke.Detail.LeaderEpoch)
+		local = kafkaEpoch(notLeader.Detail.LeaderEpoch)
 	}
-	switch {
-	case p.epoch < local:
-		e := kerr.New(kerr.FencedLeaderEpoch, "%s-%d: current leader epoch %d is older than this broker's %d", p.topic, p.partition, p.epoch, local)
-		if ke, ok := kerr.As(err); ok {
-			e.Detail.LeaderId, e.Detail.LeaderEpoch = ke.Detail.LeaderId, ke.Detail.LeaderEpoch
+	if e := checkLeaderEpoch(p.topic, p.partition, p.epoch, local); e != nil {
+		if ke, _ := kerr.As(e); ke.Code() == kerr.FencedLeaderEpoch && notLeader != nil {
+			// The current leader, for the answer (v12).
+			ke.Detail.LeaderId, ke.Detail.LeaderEpoch = notLeader.Detail.LeaderId, notLeader.Detail.LeaderEpoch
 		}
 		return e
-	case p.epoch > local:
-		return kerr.New(kerr.UnknownLeaderEpoch, "%s-%d: current leader epoch %d is newer than this broker's %d", p.topic, p.partition, p.epoch, local)
 	}
 	return err
 }

@@ -62,6 +62,9 @@ var kafkaCodes = map[kerr.Code]*fkerr.Error{
 	kerr.InvalidRequest:               fkerr.InvalidRequest,
 	kerr.KafkaStorageError:            fkerr.KafkaStorageError,
 	kerr.PolicyViolation:              fkerr.PolicyViolation,
+	kerr.InvalidReplicaAssignment:     fkerr.InvalidReplicaAssignment,
+	kerr.FencedLeaderEpoch:            fkerr.FencedLeaderEpoch,
+	kerr.UnknownLeaderEpoch:           fkerr.UnknownLeaderEpoch,
 	kerr.InvalidRecord:                fkerr.InvalidRecord,
 	kerr.UnsupportedCompressionType:   fkerr.UnsupportedCompressionType,
 	kerr.CoordinatorNotAvailable:      fkerr.CoordinatorNotAvailable,
@@ -79,8 +82,6 @@ var kafkaCodes = map[kerr.Code]*fkerr.Error{
 	kerr.OutOfOrderSequenceNumber:     fkerr.OutOfOrderSequenceNumber,
 	kerr.InvalidProducerEpoch:         fkerr.InvalidProducerEpoch,
 	kerr.UnknownProducerID:            fkerr.UnknownProducerID,
-	kerr.FencedLeaderEpoch:            fkerr.FencedLeaderEpoch,
-	kerr.UnknownLeaderEpoch:           fkerr.UnknownLeaderEpoch,
 	kerr.FetchSessionIDNotFound:       fkerr.FetchSessionIDNotFound,
 }
 

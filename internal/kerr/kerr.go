@@ -38,6 +38,11 @@ const (
 	InvalidRequest               Code = "INVALID_REQUEST"
 	KafkaStorageError            Code = "KAFKA_STORAGE_ERROR"
 	PolicyViolation              Code = "POLICY_VIOLATION"
+	InvalidReplicaAssignment     Code = "INVALID_REPLICA_ASSIGNMENT"
+	// Leader epoch fencing (Kafka's current_leader_epoch, KIP-320): the
+	// client's epoch is older (FENCED) or newer (UNKNOWN) than the leader's.
+	FencedLeaderEpoch  Code = "FENCED_LEADER_EPOCH"
+	UnknownLeaderEpoch Code = "UNKNOWN_LEADER_EPOCH"
 	// Record batches as Kafka clients send them (internal/kafkawire).
 	InvalidRecord              Code = "INVALID_RECORD"
 	UnsupportedCompressionType Code = "UNSUPPORTED_COMPRESSION_TYPE"
@@ -59,10 +64,7 @@ const (
 	OutOfOrderSequenceNumber Code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
 	InvalidProducerEpoch     Code = "INVALID_PRODUCER_EPOCH"
 	UnknownProducerID        Code = "UNKNOWN_PRODUCER_ID"
-	// Kafka's Fetch: a current_leader_epoch older or newer than the
-	// leader's; an incremental fetch session this broker does not hold.
-	FencedLeaderEpoch      Code = "FENCED_LEADER_EPOCH"
-	UnknownLeaderEpoch     Code = "UNKNOWN_LEADER_EPOCH"
+	// Kafka's Fetch: an incremental fetch session this broker does not hold.
 	FetchSessionIDNotFound Code = "FETCH_SESSION_ID_NOT_FOUND"
 )
 
@@ -103,7 +105,7 @@ func (c Code) grpcCode() codes.Code {
 	case RecordTooLarge, InvalidTopic, InvalidRequiredAcks, InvalidPartitions,
 		InvalidReplicationFactor, InvalidConfig, InvalidRequest, CorruptMessage, MemberIDRequired,
 		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID, InvalidRecord, UnsupportedCompressionType,
-		PolicyViolation:
+		PolicyViolation, InvalidReplicaAssignment:
 		return codes.InvalidArgument
 	case RequestTimedOut:
 		return codes.DeadlineExceeded
