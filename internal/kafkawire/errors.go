@@ -83,6 +83,7 @@ var kafkaCodes = map[kerr.Code]*fkerr.Error{
 	kerr.OutOfOrderSequenceNumber:     fkerr.OutOfOrderSequenceNumber,
 	kerr.InvalidProducerEpoch:         fkerr.InvalidProducerEpoch,
 	kerr.UnknownProducerID:            fkerr.UnknownProducerID,
+	kerr.FetchSessionIDNotFound:       fkerr.FetchSessionIDNotFound,
 }
 
 // ErrorCode is the Kafka error code a handler puts in a response field for

@@ -67,6 +67,8 @@ const (
 	OutOfOrderSequenceNumber Code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
 	InvalidProducerEpoch     Code = "INVALID_PRODUCER_EPOCH"
 	UnknownProducerID        Code = "UNKNOWN_PRODUCER_ID"
+	// Kafka's Fetch: an incremental fetch session this broker does not hold.
+	FetchSessionIDNotFound Code = "FETCH_SESSION_ID_NOT_FOUND"
 )
 
 // retriable lists the codes for which Kafka's client retries the same request
@@ -87,6 +89,7 @@ var retriable = map[Code]bool{
 	CorruptMessage:               true,
 	FencedLeaderEpoch:            true,
 	UnknownLeaderEpoch:           true,
+	FetchSessionIDNotFound:       true,
 }
 
 // Retriable reports whether a request that failed with c may succeed if sent again.
@@ -113,7 +116,7 @@ func (c Code) grpcCode() codes.Code {
 		return codes.Unavailable
 	case NotLeaderOrFollower, NotController, NotCoordinator, IllegalGeneration,
 		RebalanceInProgress, NotEnoughReplicasAfterAppend, OutOfOrderSequenceNumber, InvalidProducerEpoch, NonEmptyGroup,
-		FencedLeaderEpoch, UnknownLeaderEpoch:
+		FencedLeaderEpoch, UnknownLeaderEpoch, FetchSessionIDNotFound:
 		return codes.FailedPrecondition
 	}
 	return codes.Internal

@@ -14,6 +14,26 @@ func benchBatch() Batch {
 	return EncodeBatch(recs)
 }
 
+// benchBatches is the number of benchBatch batches in benchLog.
+const benchBatches = 2000
+
+// benchLog is a log of benchBatches copies of benchBatch (about 20 MB) in
+// 4 MB segments; it is closed when b ends.
+func benchLog(b *testing.B) (*Log, Batch) {
+	l, err := Open(b.TempDir(), Config{SegmentBytes: 4 << 20}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	batch := benchBatch()
+	for i := 0; i < benchBatches; i++ {
+		if _, err := l.Append(uint64(i+1), batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return l, batch
+}
+
 // BenchmarkAppend measures Append (validation, framing, write, index) of
 // 100-record batches; MB/s counts batch bytes.
 func BenchmarkAppend(b *testing.B) {
@@ -36,18 +56,7 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkRead measures Read of one batch's worth of records (100) at
 // offsets spread over a 20 MB log; MB/s counts batch bytes.
 func BenchmarkRead(b *testing.B) {
-	l, err := Open(b.TempDir(), Config{SegmentBytes: 4 << 20}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	batch := benchBatch()
-	const batches = 2000
-	for i := 0; i < batches; i++ {
-		if _, err := l.Append(uint64(i+1), batch); err != nil {
-			b.Fatal(err)
-		}
-	}
+	l, batch := benchLog(b)
 	var recordBytes int
 	if err := batch.each(0, func(_ Record, n int) { recordBytes += n }); err != nil {
 		b.Fatal(err)
@@ -56,7 +65,7 @@ func BenchmarkRead(b *testing.B) {
 	b.SetBytes(int64(len(batch)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		o := int64(i*7919%batches) * 100
+		o := int64(i*7919%benchBatches) * 100
 		recs, err := l.Read(o, recordBytes, end)
 		if err != nil || len(recs) != 100 {
 			b.Fatalf("Read(%d) = %d records, %v", o, len(recs), err)

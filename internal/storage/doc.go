@@ -28,7 +28,7 @@
 //
 // Concurrency: the writing methods (Append, DeleteBefore, Snapshot, Restore,
 // Sync, Close) are serialized internally and are meant to be called from one
-// goroutine (the Raft FSM). The reading methods (Read, ScanBatches,
+// goroutine (the Raft FSM). The reading methods (Read, ReadBatches, ScanBatches,
 // StartOffset, EndOffset, LastRaftIndex, OffsetForTimestamp, Segments,
 // RetentionPoint) may be called from any number of goroutines at any time;
 // they hold a read lock only to copy positions and read file bytes outside

@@ -407,47 +407,15 @@ func (l *Log) Read(offset int64, maxBytes int, upTo int64) ([]Record, error) {
 }
 
 func (l *Log) read(offset int64, maxBytes int, upTo int64) ([]Record, error) {
-	l.mu.RLock()
-	if l.closed {
-		l.mu.RUnlock()
-		return nil, ErrClosed
-	}
-	start, end := l.logStart, l.endOffset()
-	if offset < start || offset > end {
-		l.mu.RUnlock()
-		return nil, fmt.Errorf("read at offset %d, log holds [%d, %d): %w", offset, start, end, ErrOffsetOutOfRange)
-	}
-	upTo = min(upTo, end)
-	if offset >= upTo {
-		l.mu.RUnlock()
-		return nil, nil
-	}
-	segs := l.segs
-	i := segmentIndex(segs, offset)
-	v := segs[i].view()
-	l.mu.RUnlock()
-
 	var (
 		out   []Record
 		total int
 		full  bool
-		buf   [framePreambleSize]byte
 	)
-	// partial keeps what was read before an error: the next Read reports it.
-	partial := func(err error) ([]Record, error) {
-		if len(out) > 0 {
-			return out, nil
-		}
-		return nil, err
-	}
-	pos, p, err := v.seek(offset, &buf)
-	if err != nil {
-		return nil, err
-	}
-	for {
+	err := l.walk(offset, upTo, func(v segView, pos int64, p preamble) (bool, error) {
 		b, err := readBatch(v.seg.f, pos, p)
 		if err != nil {
-			return partial(fmt.Errorf("%s: %w", v.seg.logPath, err))
+			return false, fmt.Errorf("%s: %w", v.seg.logPath, err)
 		}
 		err = b.each(p.baseOffset, func(r Record, size int) {
 			switch {
@@ -460,15 +428,63 @@ func (l *Log) read(offset int64, maxBytes int, upTo int64) ([]Record, error) {
 			}
 		})
 		if err != nil {
-			return partial(fmt.Errorf("%s: batch at %d: %w", v.seg.logPath, pos, err))
+			return false, fmt.Errorf("%s: batch at %d: %w", v.seg.logPath, pos, err)
+		}
+		return !full, nil
+	})
+	if err != nil && len(out) > 0 {
+		return out, nil // what was read before the error: the next Read reports it
+	}
+	return out, err
+}
+
+// walk calls visit with the frames from the one holding offset, in offset
+// order, each with its segment and position, until visit returns false or
+// an error, the frame visited ends at or past upTo, or the frames run out.
+// upTo is lowered to EndOffset; offset >= upTo visits nothing; an offset
+// below StartOffset or above EndOffset is ErrOffsetOutOfRange (wrapped).
+// It holds the read lock only to copy segment positions (Read's and
+// ReadBatches' concurrency), checks each frame's headers (readPreamble) and
+// that offsets follow from frame to frame, and returns visit's error or the
+// first damage found.
+func (l *Log) walk(offset, upTo int64, visit func(v segView, pos int64, p preamble) (bool, error)) error {
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return ErrClosed
+	}
+	start, end := l.logStart, l.endOffset()
+	if offset < start || offset > end {
+		l.mu.RUnlock()
+		return fmt.Errorf("read at offset %d, log holds [%d, %d): %w", offset, start, end, ErrOffsetOutOfRange)
+	}
+	upTo = min(upTo, end)
+	if offset >= upTo {
+		l.mu.RUnlock()
+		return nil
+	}
+	segs := l.segs
+	i := segmentIndex(segs, offset)
+	v := segs[i].view()
+	l.mu.RUnlock()
+
+	var buf [framePreambleSize]byte
+	pos, p, err := v.seek(offset, &buf)
+	if err != nil {
+		return err
+	}
+	for {
+		more, err := visit(v, pos, p)
+		if err != nil || !more {
+			return err
 		}
 		next := p.nextOffset()
-		if full || next >= upTo {
-			return out, nil
+		if next >= upTo {
+			return nil
 		}
 		if pos += p.size(); pos >= v.size {
 			if i++; i >= len(segs) {
-				return out, nil
+				return nil
 			}
 			l.mu.RLock()
 			v = segs[i].view()
@@ -476,10 +492,10 @@ func (l *Log) read(offset int64, maxBytes int, upTo int64) ([]Record, error) {
 			pos = 0
 		}
 		if p, err = readPreamble(v.seg.f, pos, v.size, &buf); err != nil {
-			return partial(fmt.Errorf("%s: %w", v.seg.logPath, err))
+			return fmt.Errorf("%s: %w", v.seg.logPath, err)
 		}
 		if p.baseOffset != next {
-			return partial(fmt.Errorf("%w: %s: frame at %d has offset %d, want %d", ErrCorruptBatch, v.seg.logPath, pos, p.baseOffset, next))
+			return fmt.Errorf("%w: %s: frame at %d has offset %d, want %d", ErrCorruptBatch, v.seg.logPath, pos, p.baseOffset, next)
 		}
 	}
 }

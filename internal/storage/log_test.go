@@ -82,17 +82,7 @@ func TestBatchLargerThanSegmentGoesInAlone(t *testing.T) {
 }
 
 func TestReadBounds(t *testing.T) {
-	l := openLog(t, t.TempDir(), smallConfig)
-	// Records of one size: same timestamp in a batch, same key and value lengths.
-	recs := make([]Record, 10)
-	for i := range recs {
-		recs[i] = Record{Timestamp: 7, Key: []byte("k"), Value: make([]byte, 40)}
-	}
-	for raft := uint64(1); raft <= 30; raft++ {
-		if _, err := l.Append(raft, EncodeBatch(recs)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	l, recs := uniformLog(t)
 	var size int // encoded size of one record
 	if err := EncodeBatch(recs[:1]).each(0, func(_ Record, n int) { size = n }); err != nil {
 		t.Fatal(err)
