@@ -689,9 +689,14 @@ func TestBrowserLiveCluster(t *testing.T) {
 	p.click(`#predict button[data-action="predict-consumers"]`)
 	p.wait("group predict-six stable with 8 members: 6 active, 2 idle", `(() => {
 	  const b = document.querySelector('#predict-consumers-result');
-	  return b.dataset.settled === '1' && b.dataset.members === '8' && b.dataset.active === '6' && b.dataset.idle === '2';
+	  const ok = b.dataset.settled === '1' && b.dataset.members === '8' && b.dataset.active === '6' && b.dataset.idle === '2';
+	  // The verdict shown at that moment: on a loaded machine the group
+	  // may rebalance again right after (a member missing a heartbeat),
+	  // and the panel then shows the new round, without a verdict yet.
+	  if (ok) window.__predictVerdict = (b.querySelector('.verdict') || {}).textContent || '';
+	  return ok;
 	})()`, 120*time.Second)
-	if v := evalJS[string](p, `document.querySelector('#predict-consumers-result .verdict').textContent`); !strings.HasPrefix(v, "Right") {
+	if v := evalJS[string](p, `window.__predictVerdict`); !strings.HasPrefix(v, "Right") {
 		t.Errorf("the answer 6 is judged %q", v)
 	}
 	t.Logf("predict-six: %s", evalJS[string](p, `document.querySelector('#predict-consumers-result').textContent`))

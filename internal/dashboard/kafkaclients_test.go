@@ -28,8 +28,10 @@ func TestKafkaClientsListed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if err := c.StartProcess(launch.ProcessSpec{Name: "kcat-1", Kind: launch.KafkaKind, Path: "/bin/sleep",
-		Args: []string{"600", "{kafka-bootstrap}"}}); err != nil {
+	if err := c.StartProcess(launch.ProcessSpec{Name: "kcat-1", Kind: launch.KafkaKind, Path: "/bin/sh",
+		// sh ignores the arguments after $0; GNU sleep would refuse them
+		// and exit at once, and a crashed client is listed as crashed.
+		Args: []string{"-c", "exec sleep 600", "kcat", "{kafka-bootstrap}"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.SetLink("kcat-1", "broker-2", netfault.Blackhole, 0, 0); err != nil {
@@ -66,7 +68,7 @@ func TestKafkaClientsListed(t *testing.T) {
 			links = append(links, l.Addr)
 		}
 	}
-	if want := "/bin/sleep 600 " + strings.Join(links, ","); k.Command != want {
+	if want := "/bin/sh -c exec sleep 600 kcat " + strings.Join(links, ","); k.Command != want {
 		t.Errorf("command %q, want %q", k.Command, want)
 	}
 }
