@@ -190,4 +190,3 @@ func TestValidateRefusesAsKafkaDoes(t *testing.T) {
 		})
 	}
 }
-
