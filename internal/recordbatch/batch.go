@@ -143,25 +143,25 @@ func Validate(b []byte, produceVersion int16) (Info, error) {
 	return info, nil
 }
 
-// CheckHeader checks that b is one whole batch of magic 2 whose header fits
-// it: batchLength equal to len(b)-12, a whole header, a record count that
-// the records could hold. It reads nothing past the header; it is what a
-// reader of stored batches checks before trusting the header's fields.
-// Failures are CORRUPT_MESSAGE.
-func CheckHeader(b []byte) error {
-	if len(b) < HeaderSize {
-		return kerr.New(kerr.CorruptMessage, "record batch of %d bytes is smaller than its %d-byte header", len(b), HeaderSize)
+// CheckHeader checks the header of a stored batch of size bytes, of which
+// b holds at least the header: batchLength equal to size-12, magic 2, a
+// record count that the records could hold. It reads nothing past the
+// header; it is what a reader of stored batches checks before trusting the
+// header's fields. Failures are CORRUPT_MESSAGE.
+func CheckHeader(b []byte, size int) error {
+	if len(b) < HeaderSize || size < HeaderSize {
+		return kerr.New(kerr.CorruptMessage, "record batch of %d bytes is smaller than its %d-byte header", min(len(b), size), HeaderSize)
 	}
-	if length := int64(int32(binary.BigEndian.Uint32(b[lengthAt:]))); length+logOverhead != int64(len(b)) {
-		return kerr.New(kerr.CorruptMessage, "record batch length %d in %d bytes", length, len(b))
+	if length := int64(int32(binary.BigEndian.Uint32(b[lengthAt:]))); length+logOverhead != int64(size) {
+		return kerr.New(kerr.CorruptMessage, "record batch length %d in %d bytes", length, size)
 	}
 	if magic := int8(b[magicAt]); magic != Magic {
 		return kerr.New(kerr.CorruptMessage, "record batch of magic %d, want %d", magic, Magic)
 	}
 	n := Count(b)
 	uncompressed := Codec(Attributes(b)&attrCodecMask) == CodecNone
-	if n < 1 || uncompressed && int64(n)*minRecordSize > int64(len(b)-HeaderSize) {
-		return kerr.New(kerr.CorruptMessage, "record batch count %d does not fit %d bytes", n, len(b))
+	if n < 1 || uncompressed && int64(n)*minRecordSize > int64(size-HeaderSize) {
+		return kerr.New(kerr.CorruptMessage, "record batch count %d does not fit %d bytes", n, size)
 	}
 	return nil
 }

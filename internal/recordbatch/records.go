@@ -44,7 +44,7 @@ var NoProducer = Producer{ID: -1, Epoch: -1, BaseSequence: -1}
 // it is not compressed. Failures are *kerr.Error (CORRUPT_MESSAGE,
 // INVALID_RECORD). Safe for concurrent use.
 func Records(b []byte, baseOffset int64) ([]Record, error) {
-	if err := CheckHeader(b); err != nil {
+	if err := CheckHeader(b, len(b)); err != nil {
 		return nil, err
 	}
 	codec := Codec(Attributes(b) & attrCodecMask)
