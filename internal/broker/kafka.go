@@ -54,6 +54,7 @@ func (b *Broker) ServeKafka(lis net.Listener) error {
 		b.log.Debug("kafka: " + fmt.Sprintf(format, args...))
 	}})
 	srv.Register(kmsg.Metadata.Int16(), kafkaMetadataMin, kafkaMetadataMax, b.kafkaMetadata)
+	b.registerKafkaProduce(srv)
 	b.kafka = srv
 	b.mu.Unlock()
 	b.log.Info("kafka listener serving", "listen", lis.Addr().String(), "advertise", b.cfg.KafkaAdvertise)
