@@ -60,7 +60,7 @@ func TestKafkaMetadataMatchesTheBrokers(t *testing.T) {
 		bv.EachKeySorted(func(key, min, max int16) {
 			keys = append(keys, fmt.Sprintf("%s v%d-v%d", kmsg.NameForKey(key), min, max))
 		})
-		if want := []string{"Metadata v0-v12", "ApiVersions v0-v4"}; !slices.Equal(keys, want) {
+		if want := []string{"Produce v0-v11", "Metadata v0-v12", "ApiVersions v0-v4", "InitProducerID v0-v4"}; !slices.Equal(keys, want) {
 			t.Fatalf("broker %d advertises %v, want %v", bv.NodeID, keys, want)
 		}
 	}
