@@ -101,13 +101,17 @@ func xerialSnappy(raw []byte, chunk int) []byte {
 	return out
 }
 
-func TestValidateAcceptsEveryCodec(t *testing.T) {
-	raw := encodeRecords(testRecords(5))
-	cases := []struct {
-		name    string
-		codec   Codec
-		records []byte
-	}{
+// codecCase is raw records compressed one way, as producers send them.
+type codecCase struct {
+	name    string
+	codec   Codec
+	records []byte
+}
+
+// codecCases compresses raw with every codec (kgo's compressors, and the
+// Java client's xerial snappy framing).
+func codecCases(t *testing.T, raw []byte) []codecCase {
+	return []codecCase{
 		{"none", CodecNone, raw},
 		{"gzip", CodecGzip, compressWithKgo(t, kgo.GzipCompression(), raw)},
 		{"snappy", CodecSnappy, compressWithKgo(t, kgo.SnappyCompression(), raw)},
@@ -115,7 +119,11 @@ func TestValidateAcceptsEveryCodec(t *testing.T) {
 		{"lz4", CodecLz4, compressWithKgo(t, kgo.Lz4Compression(), raw)},
 		{"zstd", CodecZstd, compressWithKgo(t, kgo.ZstdCompression(), raw)},
 	}
-	for _, tc := range cases {
+}
+
+func TestValidateAcceptsEveryCodec(t *testing.T) {
+	raw := encodeRecords(testRecords(5))
+	for _, tc := range codecCases(t, raw) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := buildBatch(tc.records, 5, int16(tc.codec), nil)
 			info, err := Validate(b, 9)

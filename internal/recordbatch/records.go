@@ -101,7 +101,7 @@ func Encode(p Producer, records []Record) []byte {
 		r := &records[i]
 		maxTs = max(maxTs, r.Timestamp)
 		body := recordBodySize(r, int64(i), r.Timestamp-first)
-		size += varintLen(int64(body)) + body
+		size += VarintLen(int64(body)) + body
 	}
 	b := make([]byte, HeaderSize, size)
 	binary.BigEndian.PutUint32(b[lengthAt:], uint32(size-logOverhead))
@@ -121,14 +121,7 @@ func Encode(p Producer, records []Record) []byte {
 		b = append(b, 0) // attributes
 		b = binary.AppendVarint(b, tsDelta)
 		b = binary.AppendVarint(b, int64(i))
-		b = appendNullable(b, r.Key)
-		b = appendNullable(b, r.Value)
-		b = binary.AppendVarint(b, int64(len(r.Headers)))
-		for _, h := range r.Headers {
-			b = binary.AppendVarint(b, int64(len(h.Key)))
-			b = append(b, h.Key...)
-			b = appendNullable(b, h.Value)
-		}
+		b = AppendPayload(b, r)
 	}
 	putCRC(b)
 	return b
@@ -136,10 +129,30 @@ func Encode(p Producer, records []Record) []byte {
 
 // recordBodySize is the size of a record after its length field.
 func recordBodySize(r *Record, offsetDelta, tsDelta int64) int {
-	n := 1 + varintLen(tsDelta) + varintLen(offsetDelta) + nullableLen(r.Key) + nullableLen(r.Value) +
-		varintLen(int64(len(r.Headers)))
+	return 1 + VarintLen(tsDelta) + VarintLen(offsetDelta) + PayloadSize(r)
+}
+
+// AppendPayload appends what follows a record's deltas in record format v2:
+// key, value (length -1 for null), header count, headers (never-null key,
+// nullable value). tapes' own batch versions 1 and 2 (internal/storage)
+// encode the same.
+func AppendPayload(b []byte, r *Record) []byte {
+	b = appendNullable(b, r.Key)
+	b = appendNullable(b, r.Value)
+	b = binary.AppendVarint(b, int64(len(r.Headers)))
 	for _, h := range r.Headers {
-		n += varintLen(int64(len(h.Key))) + len(h.Key) + nullableLen(h.Value)
+		b = binary.AppendVarint(b, int64(len(h.Key)))
+		b = append(b, h.Key...)
+		b = appendNullable(b, h.Value)
+	}
+	return b
+}
+
+// PayloadSize is len(AppendPayload(nil, r)).
+func PayloadSize(r *Record) int {
+	n := nullableLen(r.Key) + nullableLen(r.Value) + VarintLen(int64(len(r.Headers)))
+	for _, h := range r.Headers {
+		n += VarintLen(int64(len(h.Key))) + len(h.Key) + nullableLen(h.Value)
 	}
 	return n
 }
@@ -156,11 +169,11 @@ func nullableLen(v []byte) int {
 	if v == nil {
 		return 1
 	}
-	return varintLen(int64(len(v))) + len(v)
+	return VarintLen(int64(len(v))) + len(v)
 }
 
-// varintLen is the length of binary.AppendVarint(nil, x).
-func varintLen(x int64) int {
+// VarintLen is the length of binary.AppendVarint(nil, x).
+func VarintLen(x int64) int {
 	ux := uint64(x) << 1
 	if x < 0 {
 		ux = ^ux

@@ -3,10 +3,10 @@ package recordbatch
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"reflect"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tapes-dev/tapes/internal/kerr"
@@ -70,18 +70,7 @@ func TestEncodeValidatesAndDecodesBack(t *testing.T) {
 func TestRecordsOfEveryCodec(t *testing.T) {
 	kr := testRecords(5)
 	raw := encodeRecords(kr)
-	for _, tc := range []struct {
-		name    string
-		codec   Codec
-		records []byte
-	}{
-		{"none", CodecNone, raw},
-		{"gzip", CodecGzip, compressWithKgo(t, kgo.GzipCompression(), raw)},
-		{"snappy", CodecSnappy, compressWithKgo(t, kgo.SnappyCompression(), raw)},
-		{"snappy xerial (Java)", CodecSnappy, xerialSnappy(raw, 100)},
-		{"lz4", CodecLz4, compressWithKgo(t, kgo.Lz4Compression(), raw)},
-		{"zstd", CodecZstd, compressWithKgo(t, kgo.ZstdCompression(), raw)},
-	} {
+	for _, tc := range codecCases(t, raw) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := buildBatch(tc.records, 5, int16(tc.codec), nil)
 			got, err := Records(b, 7)
@@ -152,5 +141,13 @@ func TestRecordsRefusesDamage(t *testing.T) {
 	bad[len(bad)-1] ^= 1
 	if err := CheckCRC(bad); !kerr.Is(err, kerr.CorruptMessage) {
 		t.Fatalf("CheckCRC of a damaged batch: %v", err)
+	}
+}
+
+func TestVarintLen(t *testing.T) {
+	for _, x := range []int64{0, 1, -1, 63, -64, 64, -65, 1 << 20, -(1 << 20), math.MaxInt64, math.MinInt64} {
+		if got, want := VarintLen(x), len(binary.AppendVarint(nil, x)); got != want {
+			t.Errorf("VarintLen(%d) = %d, want %d", x, got, want)
+		}
 	}
 }

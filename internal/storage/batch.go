@@ -142,7 +142,7 @@ func EncodeProducerBatch(p ProducerInfo, records []Record) Batch {
 		r := &records[i]
 		maxTs = max(maxTs, r.Timestamp)
 		body := recordBodySize(r, int64(i), r.Timestamp-first)
-		size += varintLen(int64(body)) + body
+		size += recordbatch.VarintLen(int64(body)) + body
 	}
 	b := make([]byte, batchHeaderSize, size)
 	b[batchVersionAt] = batchVersion
@@ -159,55 +159,16 @@ func EncodeProducerBatch(p ProducerInfo, records []Record) Batch {
 		b = binary.AppendVarint(b, int64(recordBodySize(r, int64(i), tsDelta)))
 		b = binary.AppendVarint(b, int64(i))
 		b = binary.AppendVarint(b, tsDelta)
-		b = appendNullable(b, r.Key)
-		b = appendNullable(b, r.Value)
-		b = binary.AppendVarint(b, int64(len(r.Headers)))
-		for _, h := range r.Headers {
-			b = binary.AppendVarint(b, int64(len(h.Key)))
-			b = append(b, h.Key...)
-			b = appendNullable(b, h.Value)
-		}
+		b = recordbatch.AppendPayload(b, r)
 	}
 	binary.BigEndian.PutUint32(b[batchCRCAt:], crc32.Checksum(b[batchVersionAt:], castagnoli))
 	return b
 }
 
+// recordBodySize is the size of a record after its length field: Kafka's
+// record without its attributes byte, the deltas in the other order.
 func recordBodySize(r *Record, offsetDelta, tsDelta int64) int {
-	n := varintLen(offsetDelta) + varintLen(tsDelta) + nullableLen(r.Key) + nullableLen(r.Value) +
-		varintLen(int64(len(r.Headers)))
-	for _, h := range r.Headers {
-		n += varintLen(int64(len(h.Key))) + len(h.Key) + nullableLen(h.Value)
-	}
-	return n
-}
-
-func appendNullable(b, v []byte) []byte {
-	if v == nil {
-		return binary.AppendVarint(b, -1)
-	}
-	b = binary.AppendVarint(b, int64(len(v)))
-	return append(b, v...)
-}
-
-func nullableLen(v []byte) int {
-	if v == nil {
-		return varintLen(-1)
-	}
-	return varintLen(int64(len(v))) + len(v)
-}
-
-// varintLen is the length of binary.AppendVarint(nil, x).
-func varintLen(x int64) int {
-	ux := uint64(x) << 1
-	if x < 0 {
-		ux = ^ux
-	}
-	n := 1
-	for ux >= 0x80 {
-		ux >>= 7
-		n++
-	}
-	return n
+	return recordbatch.VarintLen(offsetDelta) + recordbatch.VarintLen(tsDelta) + recordbatch.PayloadSize(r)
 }
 
 // Count is the number of records the batch's header declares, or 0 when b is

@@ -171,19 +171,7 @@ func TestKafkaBatchesStoredVerbatim(t *testing.T) {
 			checkRecords(t, readAll(t, l), 0, end)
 			check(l)
 
-			snap, err := l.Snapshot()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer snap.Release()
-			var stream bytes.Buffer
-			if _, err := snap.WriteTo(&stream); err != nil {
-				t.Fatal(err)
-			}
-			dst := openLog(t, filepath.Join(t.TempDir(), "dst"), smallConfig)
-			if err := dst.Restore(&stream); err != nil {
-				t.Fatal(err)
-			}
+			dst := restoredCopy(t, l)
 			checkRecords(t, readAll(t, dst), 0, end)
 			check(dst)
 		})

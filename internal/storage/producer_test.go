@@ -574,19 +574,7 @@ func TestOldFormatLogReadBack(t *testing.T) {
 	f.batches(100)
 	checkRecords(t, readAll(t, l), 0, l.EndOffset())
 	checkScans(t, l, f.metas)
-	snap, err := l.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snap.Release()
-	var stream bytes.Buffer
-	if _, err := snap.WriteTo(&stream); err != nil {
-		t.Fatal(err)
-	}
-	dst := openLog(t, filepath.Join(t.TempDir(), "dst"), smallConfig)
-	if err := dst.Restore(&stream); err != nil {
-		t.Fatal(err)
-	}
+	dst := restoredCopy(t, l)
 	checkRecords(t, readAll(t, dst), 0, dst.EndOffset())
 	checkScans(t, dst, f.metas)
 }
