@@ -41,8 +41,9 @@ func (b *Broker) registerKafkaProduce(srv *kafkawire.Server) {
 
 // kafkaPartitionResult is what one partition of a Produce answers.
 type kafkaPartitionResult struct {
-	res replication.ProduceResult
-	err error
+	res     replication.ProduceResult
+	err     error
+	records int // in the batch, for the produce metrics
 }
 
 // kafkaProduce answers Produce. Called on the connection's request
@@ -50,9 +51,14 @@ type kafkaPartitionResult struct {
 // partition's Raft group there, in request order (so a pipelining
 // producer's batches enter each log in the order it sent them), then waits
 // for the acks in a Later, every partition's wait on its own goroutine. A
-// Produce with acks=0 gets no answer, whatever its outcome.
+// Produce with acks=0 gets no answer; as Kafka does, one that a partition
+// refused closes the connection instead, so that the client, which reads
+// no answer, refreshes its metadata and reconnects (a producer sending to a
+// broker that no longer leads would otherwise go on losing every batch).
+// Each partition counts in the broker's produce metrics as a gRPC Produce.
 func (b *Broker) kafkaProduce(ctx context.Context, r *kafkawire.Request) kafkawire.Reply {
 	req := r.Msg.(*kmsg.ProduceRequest)
+	start := time.Now()
 	timeout := defaultProduceTimeout
 	if req.TimeoutMillis > 0 {
 		timeout = time.Duration(req.TimeoutMillis) * time.Millisecond
@@ -65,46 +71,66 @@ func (b *Broker) kafkaProduce(ctx context.Context, r *kafkawire.Request) kafkawi
 		results[i] = make([]kafkaPartitionResult, len(t.Partitions))
 		waits[i] = make([]replication.ProduceWait, len(t.Partitions))
 		for j, p := range t.Partitions {
-			waits[i][j], results[i][j].err = b.kafkaProposePartition(pctx, a, req, t.Topic, p)
+			waits[i][j], results[i][j].records, results[i][j].err = b.kafkaProposePartition(pctx, a, req, t.Topic, p)
 		}
 	}
 	if req.Acks == 0 {
 		waitAll(pctx, waits, results) // acks=0: each returns at once
 		cancel()
+		b.observeKafkaProduce(req.Acks, start, results)
+		for _, rs := range results {
+			for _, pr := range rs {
+				if pr.err != nil {
+					return kafkawire.Close(pr.err)
+				}
+			}
+		}
 		return kafkawire.NoResponse()
 	}
 	return kafkawire.Later(func() kafkawire.Reply {
 		defer cancel()
 		waitAll(pctx, waits, results)
+		b.observeKafkaProduce(req.Acks, start, results)
 		return kafkawire.Respond(kafkaProduceResponse(req, results, b.kafkaEndpoints))
 	})
 }
 
+// observeKafkaProduce counts each partition of an answered Produce.
+func (b *Broker) observeKafkaProduce(acks int16, start time.Time, results [][]kafkaPartitionResult) {
+	for _, rs := range results {
+		for _, pr := range rs {
+			b.metrics.observeProduce(int32(acks), pr.records, start, pr.err)
+		}
+	}
+}
+
 // kafkaProposePartition validates one partition's batch and proposes it,
-// returning the wait for its outcome, or the error that refused it.
-func (b *Broker) kafkaProposePartition(ctx context.Context, a *api, req *kmsg.ProduceRequest, topic string, p kmsg.ProduceRequestTopicPartition) (replication.ProduceWait, error) {
+// returning the wait for its outcome and the batch's record count, or the
+// error that refused it.
+func (b *Broker) kafkaProposePartition(ctx context.Context, a *api, req *kmsg.ProduceRequest, topic string, p kmsg.ProduceRequestTopicPartition) (replication.ProduceWait, int, error) {
 	r, err := a.leaderReplica(topic, p.Partition)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if req.TransactionID != nil {
-		return nil, kerr.New(kerr.InvalidRecord, "transactional produce (transactional id %q) to %s-%d: transactions are not served yet", *req.TransactionID, topic, p.Partition)
+		return nil, 0, kerr.New(kerr.InvalidRecord, "transactional produce (transactional id %q) to %s-%d: transactions are not served yet", *req.TransactionID, topic, p.Partition)
 	}
 	info, err := recordbatch.Validate(p.Records, req.Version)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if info.Transactional {
-		return nil, kerr.New(kerr.InvalidRecord, "transactional record batch (producer %d) to %s-%d: transactions are not served yet", info.ProducerID, topic, p.Partition)
+		return nil, 0, kerr.New(kerr.InvalidRecord, "transactional record batch (producer %d) to %s-%d: transactions are not served yet", info.ProducerID, topic, p.Partition)
 	}
 	// As Kafka's log does before an append: a CreateTime batch with its
 	// records' largest timestamp (the request's buffer is ours to change).
 	recordbatch.SetMaxTimestamp(p.Records, info.MaxTimestamp)
 	batch, err := storage.WrapKafka(p.Records)
 	if err != nil {
-		return nil, kerr.New(kerr.CorruptMessage, "%v", err)
+		return nil, 0, kerr.New(kerr.CorruptMessage, "%v", err)
 	}
-	return r.Propose(ctx, int(req.Acks), batch)
+	wait, err := r.Propose(ctx, int(req.Acks), batch)
+	return wait, int(info.Records), err
 }
 
 // waitAll runs the waits of the proposed partitions concurrently and puts

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -445,6 +446,41 @@ func TestKafkaProduceRefusesBadBatches(t *testing.T) {
 	if got := e.ReadAll("bad", 0); len(got) != 1 {
 		t.Fatalf("the log holds %d records, want the good batch's 1", len(got))
 	}
+
+	// acks=0: a good batch gets no answer (the next request's comes
+	// first); a refused one closes the connection, as Kafka does, so that
+	// the client notices.
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	produce0 := func(batch []byte) *kmsg.ProduceRequest {
+		req := kmsg.NewPtrProduceRequest()
+		req.Version, req.Acks, req.TimeoutMillis = 9, 0, 10000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "bad"
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Records = batch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		return req
+	}
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 12
+	br := bufio.NewReader(c)
+	c.Write(kafkaFrame(produce0(kafkaBatch(t, 0)), 1))
+	c.Write(kafkaFrame(md, 2))
+	if _, err := readKafkaAnswer(br, md, 2); err != nil {
+		t.Fatalf("the answer after an acks=0 Produce: %v", err)
+	}
+	c.Write(kafkaFrame(produce0(wrongCRC), 3))
+	c.Write(kafkaFrame(md, 4))
+	if resp, err := readKafkaAnswer(br, md, 4); err == nil {
+		t.Fatalf("a refused acks=0 Produce left the connection open: %+v", resp)
+	}
+	eventually.True(t, 20*time.Second, "the acks=0 record in the log", func() bool { return len(e.ReadAll("bad", 0)) == 2 })
 }
 
 // kafkaBatch is a one-record v2 batch with the given attributes, encoded

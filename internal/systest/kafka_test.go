@@ -279,21 +279,29 @@ func rawKafka(addr string, req kmsg.Request) (kmsg.Response, error) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	const corr = 7
-	flexible := req.IsFlexible()
+	if _, err := c.Write(kafkaFrame(req, corr)); err != nil {
+		return nil, err
+	}
+	return readKafkaAnswer(bufio.NewReader(c), req, corr)
+}
+
+// kafkaFrame is req as a client frames it, with correlation id corr.
+func kafkaFrame(req kmsg.Request, corr int32) []byte {
 	body := binary.BigEndian.AppendUint16(nil, uint16(req.Key()))
 	body = binary.BigEndian.AppendUint16(body, uint16(req.GetVersion()))
-	body = binary.BigEndian.AppendUint32(body, corr)
+	body = binary.BigEndian.AppendUint32(body, uint32(corr))
 	body = binary.BigEndian.AppendUint16(body, uint16(len("systest")))
 	body = append(body, "systest"...)
-	if flexible {
+	if req.IsFlexible() {
 		body = append(body, 0) // no tagged fields
 	}
 	body = req.AppendTo(body)
-	frame := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
-	if _, err := c.Write(append(frame, body...)); err != nil {
-		return nil, err
-	}
-	br := bufio.NewReader(c)
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
+}
+
+// readKafkaAnswer reads the answer to req, which must carry correlation id
+// corr.
+func readKafkaAnswer(br *bufio.Reader, req kmsg.Request, corr int32) (kmsg.Response, error) {
 	var size [4]byte
 	if _, err := io.ReadFull(br, size[:]); err != nil {
 		return nil, fmt.Errorf("read answer (closed: broker not serving?): %w", err)
@@ -302,11 +310,11 @@ func rawKafka(addr string, req kmsg.Request) (kmsg.Response, error) {
 	if _, err := io.ReadFull(br, buf); err != nil {
 		return nil, err
 	}
-	if got := binary.BigEndian.Uint32(buf); got != corr {
+	if got := int32(binary.BigEndian.Uint32(buf)); got != corr {
 		return nil, fmt.Errorf("correlation id %d, want %d", got, corr)
 	}
 	buf = buf[4:]
-	if flexible {
+	if req.IsFlexible() && req.Key() != kmsg.ApiVersions.Int16() {
 		buf = buf[1:] // empty tagged fields
 	}
 	resp := req.ResponseKind()
