@@ -372,14 +372,18 @@ func kmsgRecords(t *testing.T, kb kmsg.RecordBatch) []kmsg.Record {
 
 // TestKafkaProduceRefusesBadBatches: on a real broker, a batch with a wrong
 // CRC answers CORRUPT_MESSAGE, a magic 1 batch (Produce v2 and v9) and a
-// magic 0 one INVALID_RECORD, a transactional batch INVALID_RECORD, and
-// InitProducerId with a transactional id INVALID_REQUEST; nothing is
-// appended, and the broker goes on serving another connection, which
-// produces and gets a producer id.
+// magic 0 one INVALID_RECORD, a transactional batch INVALID_RECORD, an
+// unknown topic UNKNOWN_TOPIC_OR_PARTITION, a batch over max.message.bytes
+// MESSAGE_TOO_LARGE, and InitProducerId with a transactional id
+// INVALID_REQUEST; nothing is appended, and the broker goes on serving
+// another connection, which produces and gets a producer id. With acks=0 a
+// good batch is not answered and a refused one closes its connection.
 func TestKafkaProduceRefusesBadBatches(t *testing.T) {
 	e := start(t, 1)
 	e.CreateTopic("bad", 1, 1, nil)
+	e.CreateTopic("small", 1, 1, map[string]string{"max.message.bytes": "100"})
 	e.WaitSettled("bad", 60*time.Second)
+	e.WaitSettled("small", 60*time.Second)
 	addr := e.KafkaAddress(e.Partition("bad", 0).LeaderId)
 
 	good := kafkaBatch(t, 0)
@@ -387,23 +391,27 @@ func TestKafkaProduceRefusesBadBatches(t *testing.T) {
 	wrongCRC[len(wrongCRC)-1] ^= 0xff
 	magic := func(m byte) []byte { b := bytes.Clone(good); b[16] = m; return b }
 	transactional := kafkaBatch(t, 0x10)
+	big := kafkaBatchOf(t, 0, bytes.Repeat([]byte("x"), 100))
 	for _, tc := range []struct {
 		name    string
+		topic   string
 		version int16
 		batch   []byte
 		want    *fkerr.Error
 	}{
-		{"wrong CRC", 9, wrongCRC, fkerr.CorruptMessage},
-		{"magic 1 at v9", 9, magic(1), fkerr.InvalidRecord},
-		{"magic 0 at v3", 3, magic(0), fkerr.InvalidRecord},
-		{"magic 1 at v2", 2, magic(1), fkerr.InvalidRecord},
-		{"transactional batch", 9, transactional, fkerr.InvalidRecord},
-		{"good", 9, good, nil},
+		{"wrong CRC", "bad", 9, wrongCRC, fkerr.CorruptMessage},
+		{"magic 1 at v9", "bad", 9, magic(1), fkerr.InvalidRecord},
+		{"magic 0 at v3", "bad", 3, magic(0), fkerr.InvalidRecord},
+		{"magic 1 at v2", "bad", 2, magic(1), fkerr.InvalidRecord},
+		{"transactional batch", "bad", 9, transactional, fkerr.InvalidRecord},
+		{"unknown topic", "nope", 9, good, fkerr.UnknownTopicOrPartition},
+		{"over max.message.bytes", "small", 9, big, fkerr.MessageTooLarge},
+		{"good", "bad", 9, good, nil},
 	} {
 		req := kmsg.NewPtrProduceRequest()
 		req.Version, req.Acks, req.TimeoutMillis = tc.version, -1, 10000
 		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic = "bad"
+		rt.Topic = tc.topic
 		rp := kmsg.NewProduceRequestTopicPartition()
 		rp.Records = tc.batch
 		rt.Partitions = append(rt.Partitions, rp)
@@ -486,8 +494,13 @@ func TestKafkaProduceRefusesBadBatches(t *testing.T) {
 // kafkaBatch is a one-record v2 batch with the given attributes, encoded
 // by kmsg with a correct length and CRC.
 func kafkaBatch(t *testing.T, attrs int16) []byte {
+	return kafkaBatchOf(t, attrs, []byte("v"))
+}
+
+// kafkaBatchOf is kafkaBatch with a record of that value.
+func kafkaBatchOf(t *testing.T, attrs int16, value []byte) []byte {
 	t.Helper()
-	rec := kmsg.Record{Key: []byte("k"), Value: []byte("v")}
+	rec := kmsg.Record{Key: []byte("k"), Value: value}
 	rb := rec.AppendTo(nil)[1:]
 	rec.Length = int32(len(rb))
 	b := kmsg.RecordBatch{Magic: 2, Attributes: attrs, FirstTimestamp: time.Now().UnixMilli(), MaxTimestamp: time.Now().UnixMilli(),
