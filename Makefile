@@ -1,6 +1,8 @@
 # tapes: a Kafka-like log whose brokers replicate every partition through Raft.
 #
 #   make cluster   build everything and start a local 3-broker cluster with topic `orders`
+#   make cluster-netns  (root only) the same on three network namespaces, one broker on each
+#                  own address (10.77.0.1-3), joined by a bridge; removed on exit
 #   make test      format and vet checks, generated-code drift check, every test (-race)
 #   make bench     throughput, latency, failover and idle-CPU figures, with the disk's fsync
 #                  rate and each broker's fsyncs/s, CPU and profile per row (minutes)
@@ -15,7 +17,7 @@ GOTEST    ?= go test
 # test cache cannot see; a cached pass could hide a change to them.
 TESTFLAGS ?= -race -count=1 -timeout 14m
 
-.PHONY: all build cluster test check proto proto-check lint-proto bench chaos clean
+.PHONY: all build cluster cluster-netns test check proto proto-check lint-proto bench chaos clean
 
 all: build
 
@@ -25,6 +27,13 @@ build:
 
 cluster: build
 	$(BIN)/cluster up --brokers 3 --demo
+
+# Root only: three hosts (network namespaces) on 10.77.0.0/24 joined by a
+# bridge, one broker each; `chaos ip-partition` & co. fault the network
+# between them. Its own directory: the brokers' addresses differ from
+# `make cluster`'s.
+cluster-netns: build
+	$(BIN)/cluster up --brokers 3 --demo --netns --dir .tapes-netns
 
 test: check proto-check
 	$(GOTEST) $(TESTFLAGS) ./...

@@ -26,6 +26,7 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/broker"
 	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/replication"
 )
 
 func main() {
@@ -67,6 +68,11 @@ func run(args []string) error {
 	fs.DurationVar(&def.Raft.SnapshotInterval, "raft-snapshot-interval", def.Raft.SnapshotInterval, "how often Raft checks whether to snapshot and compact its log")
 	fs.Uint64Var(&def.Raft.SnapshotThreshold, "raft-snapshot-threshold", def.Raft.SnapshotThreshold, "Raft log entries since the last snapshot that trigger a new one")
 	fs.Uint64Var(&def.Raft.TrailingLogs, "raft-trailing-logs", def.Raft.TrailingLogs, "Raft log entries kept after a snapshot (a follower further behind is rebuilt from the snapshot)")
+	fs.Func("raft-log", fmt.Sprintf("where new partitions keep their Raft log: wal (one log per broker shared by every partition, appends of all partitions share fsyncs) or bolt (a raft-boltdb file per partition); a partition keeps the one it was created with (default %s)", def.RaftLog), func(v string) error {
+		k, err := replication.ParseRaftLogKind(v)
+		def.RaftLog = k
+		return err
+	})
 	fs.DurationVar(&def.ReplicaLagTimeMax, "replica-lag-time-max", def.ReplicaLagTimeMax, "replica.lag.time.max.ms: a follower that has not caught up for this long leaves the ISR")
 	fs.DurationVar(&def.RetentionCheckInterval, "retention-check-interval", def.RetentionCheckInterval, "how often partition leaders apply retention.ms and retention.bytes")
 	fs.DurationVar(&def.PreferredLeaderDelay, "preferred-leader-delay", def.PreferredLeaderDelay, "a leader that is not a partition's preferred replica hands leadership back to it after this long, once it is caught up (0 disables; Kafka's auto.leader.rebalance)")

@@ -36,11 +36,13 @@ func init() {
 	}
 }
 
-const networkAbout = `Every connection between the processes of ` + "`cluster up`" + ` (broker to broker, producer
-or consumer to broker) crosses a link the launcher owns: a loopback proxy per ordered pair.
+const networkAbout = `Every connection between the processes of ` + "`cluster up`" + ` (broker to broker, producer,
+consumer or Kafka client to broker) crosses a link the launcher owns: a loopback proxy per ordered pair.
 A cut link delivers nothing and the connection hangs until the peers' own timeouts fire, as
 on a network that lost the route; the processes are never told. After ` + "`chaos heal`" + `, what
-was sent and not yet given up on arrives.`
+was sent and not yet given up on arrives. On a cluster started with ` + "`cluster up --netns`" + `, brokers
+reach each other directly, host to host: fault them with ip-partition, ip-isolate and ip-delay
+(root); heal removes those faults too.`
 
 func (c networkCommand) Run(ctx context.Context, args []string) error {
 	var synopsis string
@@ -81,7 +83,7 @@ func (c networkCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("%w: status takes no arguments", errUsage)
 		}
 		printStatus(c.stdout, st)
-		return nil
+		return printHostFaults(ctx, c.stdout, *dir)
 	case "heal":
 		if len(rest) > 0 {
 			return fmt.Errorf("%w: heal takes no arguments", errUsage)
@@ -90,6 +92,16 @@ func (c networkCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("heal: %w", err)
 		}
 		fmt.Fprintln(c.stdout, "healed: every link carries bytes both ways, without delay")
+		if f, err := clusterfile.Read(*dir); err == nil && len(hostsOf(f)) > 0 {
+			hosts, err := clusterHosts(*dir)
+			if err == nil {
+				err = healHosts(ctx, hosts)
+			}
+			if err != nil {
+				return fmt.Errorf("heal the hosts' IP-level faults: %w", err)
+			}
+			fmt.Fprintln(c.stdout, "healed: no host drops or delays packets")
+		}
 		return nil
 	}
 
@@ -158,6 +170,9 @@ func (c networkCommand) Run(ctx context.Context, args []string) error {
 		what = fmt.Sprintf("delayed every link of %s by %d ms ± %d ms", name, *ms, *jitter)
 	}
 	if len(changes) == 0 {
+		if f, err := clusterfile.Read(*dir); err == nil && len(hostsOf(f)) > 0 {
+			return fmt.Errorf("%s has no links to change: the brokers run on hosts of their own (cluster up --netns) and reach each other directly; use chaos ip-%s", name, c.verb)
+		}
 		return fmt.Errorf("%s has no links to change: was `cluster up` started with --links=false?", name)
 	}
 	if _, err := cc.SetLinks(ctx, &tapesv1.SetLinksRequest{Links: linkInfos(changes)}); err != nil {
@@ -241,7 +256,7 @@ func printStatus(w io.Writer, st *tapesv1.ClusterStatusResponse) {
 	}
 	fmt.Fprintf(w, "\n%d links", len(st.Links))
 	if len(st.Links) == 0 {
-		fmt.Fprintln(w, " (started with --links=false: no network faults possible)")
+		fmt.Fprintln(w, " (started with --links=false, or on hosts of their own (--netns) before any producer or consumer: no link faults possible)")
 		return
 	}
 	if len(faults) == 0 {

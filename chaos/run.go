@@ -44,6 +44,7 @@ func (r *runCommand) Run(ctx context.Context, args []string) error {
 	seed := fs.Uint64("seed", 1, "seed of the fault schedule's randomness (a run with the same seed makes the same choices)")
 	duration := fs.Duration("duration", 0, "how long the faults go on (default: the experiment's own, see `chaos list`)")
 	out := fs.String("out", "", "directory for histories, checker output and the report (default: DIR/runs/NAME-TIME under --dir's default)")
+	onHosts := fs.Bool("netns", false, "root only: run the brokers on hosts of their own (network namespaces joined by a bridge, removed at the end); faults between brokers then drop packets (nftables) instead of cutting links")
 	brokerArg := fs.String("broker-args", "", "extra brokerd flags, space-separated, e.g. \"--raft-heartbeat-timeout 1s\"")
 	rest, err := parseArgs(fs, args)
 	if err != nil {
@@ -77,7 +78,7 @@ func (r *runCommand) Run(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(r.stdout, "running %s (seed %d); output in %s\n", x.Name, *seed, *out)
 	o, err := experiment.Run(ctx, x, experiment.Options{Seed: *seed, Duration: *duration, Out: *out, Bins: bins,
-		BrokerArgs: strings.Fields(*brokerArg), Stdout: r.stdout})
+		BrokerArgs: strings.Fields(*brokerArg), Stdout: r.stdout, Netns: *onHosts})
 	if err != nil {
 		return err
 	}

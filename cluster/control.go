@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -111,9 +112,19 @@ func (s *controlServer) StopProcess(_ context.Context, req *tapesv1.StopProcessR
 }
 
 func (s *controlServer) StartProcess(_ context.Context, req *tapesv1.StartProcessRequest) (*tapesv1.StartProcessResponse, error) {
+	if req.Kind == launch.KafkaKind {
+		if len(req.Args) == 0 || !filepath.IsAbs(req.Args[0]) {
+			return nil, status.Errorf(codes.InvalidArgument, "kind %s: args must start with the program's absolute path, got %q", req.Kind, req.Args)
+		}
+		if err := s.c.StartProcess(launch.ProcessSpec{Name: req.Name, Kind: req.Kind, Path: req.Args[0], Args: req.Args[1:]}); err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		pi, err := s.info(req.Name)
+		return &tapesv1.StartProcessResponse{Process: pi}, err
+	}
 	bin := map[string]string{"producer": "producerd", "consumer": "consumerd"}[req.Kind]
 	if bin == "" {
-		return nil, status.Errorf(codes.InvalidArgument, "kind %q: want producer or consumer", req.Kind)
+		return nil, status.Errorf(codes.InvalidArgument, "kind %q: want producer, consumer or %s", req.Kind, launch.KafkaKind)
 	}
 	if slices.Contains(req.Args, "--dir") || slices.Contains(req.Args, "--bootstrap-server") {
 		return nil, status.Errorf(codes.InvalidArgument, "args name the cluster themselves; the launcher adds --dir %s", s.c.Dir())

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/launch"
+	"github.com/tapes-dev/tapes/internal/netns"
 )
 
 // upCommand is `cluster up`: start the brokers of a local cluster, wait until
@@ -103,6 +105,8 @@ func (u *upCommand) Run(ctx context.Context, args []string) error {
 	brokerd := fs.String("brokerd", "", "`PATH` of the brokerd binary (default: beside this program, else on $PATH)")
 	timeout := fs.Duration("timeout", time.Minute, "how long to wait for the cluster (and the demo topic) to be ready")
 	links := fs.Bool("links", true, "route every connection between processes (broker to broker, producer or consumer to broker) through a fault-injection link the launcher owns, so that `chaos` can cut, delay and heal it; --links=false connects them directly")
+	onHosts := fs.Bool("netns", false, "root only: run each broker on a host of its own, a network namespace with its own address on --netns-subnet, joined to the others by veth pairs and a bridge that this namespace reaches; chaos ip-partition, ip-isolate and ip-delay then fault the network between them. Everything made is removed on exit")
+	subnet := fs.String("netns-subnet", "10.77.0.0/24", "with --netns: the IPv4 `CIDR` of the hosts (broker-N at its Nth address, the bridge at its last); \"auto\": the first free 10.77.N.0/24")
 	controlListen := fs.String("control-listen", "127.0.0.1:0", "`ADDR` of the control endpoint (tapes.v1.ClusterControlService) that `chaos` drives; port 0: any free port")
 	webListen := fs.String("web-listen", "127.0.0.1:0", "`ADDR` of the live page (HTTP); port 0: any free port; empty: no page")
 	rest, err := parseFlags(fs, args)
@@ -125,8 +129,17 @@ func (u *upCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("%w: --timeout %v: must be positive", errUsage, *timeout)
 	}
 
+	var network *netns.Network
+	if *onHosts {
+		if network, err = createHosts(ctx, *dir, n, *subnet); err != nil {
+			return err
+		}
+		defer network.Close() // after the brokers have stopped (deferred below)
+		fmt.Fprintf(u.stderr, "hosts: bridge %s at %s, namespaces %s\n", network.Bridge, netip.PrefixFrom(network.Gateway, network.Subnet.Bits()), hostNames(network))
+	}
 	fmt.Fprintf(u.stderr, "starting cluster in %s ...\n", *dir)
 	c, err := launch.Start(ctx, launch.Options{
+		Network:     network,
 		Dir:         *dir,
 		Brokers:     n,
 		BrokerdPath: *brokerd,
@@ -170,6 +183,42 @@ func (u *upCommand) Run(ctx context.Context, args []string) error {
 	defer stopWeb()
 	u.printSummary(c, topic, dirHint(*dir, set["dir"]), web)
 	return u.supervise(ctx, c)
+}
+
+// createHosts makes the network of `up --netns`: one host per broker of
+// the cluster in dir (n, else as many as its cluster.json lists, else the
+// default) on subnet ("auto": the first free one).
+func createHosts(ctx context.Context, dir string, n int, subnet string) (*netns.Network, error) {
+	cfg := netns.Config{}
+	if subnet != "auto" {
+		p, err := netip.ParsePrefix(subnet)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --netns-subnet %q: %v", errUsage, subnet, err)
+		}
+		cfg.Subnet = p
+	}
+	if n == 0 {
+		n = launch.DefaultBrokers
+		if f, err := clusterfile.Read(dir); err == nil && len(f.Brokers()) > 0 {
+			n = len(f.Brokers())
+		}
+	}
+	for id := 1; id <= n; id++ {
+		cfg.Hosts = append(cfg.Hosts, fmt.Sprintf("broker-%d", id))
+	}
+	network, err := netns.Create(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--netns: %w", err)
+	}
+	return network, nil
+}
+
+func hostNames(n *netns.Network) string {
+	var s []string
+	for _, h := range n.Hosts {
+		s = append(s, h.Netns+" ("+h.IP.String()+")")
+	}
+	return strings.Join(s, ", ")
 }
 
 // serveControl serves the control endpoint for c and records its address in

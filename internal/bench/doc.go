@@ -8,6 +8,10 @@
 // fsync rate; under each produce row it prints every broker's fsyncs/s (its
 // tapes_fsyncs_total), CPU and the top functions of a CPU profile taken
 // during the row (brokerd --pprof-listen), so each row's bottleneck shows.
+// TAPES_BENCH_BROKER_ARGS adds brokerd flags (e.g. "--raft-log bolt" to
+// measure the per-partition raft-boltdb store), TAPES_BENCH_SECONDS sets
+// the length of a row, and TAPES_BENCH_KEEP_PROFILES=DIR keeps each CPU
+// profile there for `go tool pprof` (its path is printed under the row).
 // It runs only with TAPES_BENCH=1 (`make bench`); nothing here asserts a
 // timing.
 package bench

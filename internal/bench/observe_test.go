@@ -167,6 +167,14 @@ func topFunctions(profile []byte, by string, n int) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	var kept string
+	if dir := os.Getenv("TAPES_BENCH_KEEP_PROFILES"); dir != "" && by == "flat" {
+		if k, err := os.CreateTemp(dir, "broker-*.pprof"); err == nil {
+			k.Write(profile)
+			k.Close()
+			kept = k.Name()
+		}
+	}
 	args := []string{"tool", "pprof", "-top", "-nodecount", strconv.Itoa(n)}
 	if by == "cum" {
 		args = append(args, "-cum")
@@ -181,6 +189,9 @@ func topFunctions(profile []byte, by string, n int) ([]string, error) {
 		switch {
 		case strings.HasPrefix(l, "Duration:") && by == "flat":
 			lines = append(lines, strings.TrimSpace(l))
+			if kept != "" {
+				lines = append(lines, "profile kept in "+kept)
+			}
 		case strings.Contains(l, "flat%") && strings.Contains(l, "cum%"):
 			table = true
 			lines = append(lines, l)

@@ -203,16 +203,22 @@ func (a *api) CreateTopics(ctx context.Context, req *tapesv1.CreateTopicsRequest
 	resp := &tapesv1.CreateTopicsResponse{}
 	for _, spec := range req.Topics {
 		var detail *tapesv1.ErrorDetail
-		err := error(kerr.New(kerr.InvalidTopic, "%s is an internal topic: the brokers create it when the first consumer group looks for its coordinator", spec.Name))
-		if spec.Name != group.OffsetsTopic {
-			err = a.createTopic(ctx, spec, req.ValidateOnly)
-		}
-		if err != nil {
+		if err := a.createClientTopic(ctx, spec, nil, req.ValidateOnly); err != nil {
 			detail = asDetail(err)
 		}
 		resp.Results = append(resp.Results, &tapesv1.TopicResult{Name: spec.Name, Error: detail})
 	}
 	return resp, nil
+}
+
+// createClientTopic is createTopic for a client's request (gRPC's and
+// Kafka's CreateTopics): __consumer_offsets is refused, the brokers create
+// it themselves (ensureOffsetsTopic).
+func (a *api) createClientTopic(ctx context.Context, spec *tapesv1.TopicSpec, manual [][]metadata.BrokerID, validateOnly bool) error {
+	if spec.Name == group.OffsetsTopic {
+		return kerr.New(kerr.InvalidTopic, "%s is an internal topic: the brokers create it when the first consumer group looks for its coordinator", spec.Name)
+	}
+	return a.createTopic(ctx, spec, manual, validateOnly)
 }
 
 // createTopic checks spec against this broker's view (name, configs,
@@ -224,7 +230,14 @@ func (a *api) CreateTopics(ctx context.Context, req *tapesv1.CreateTopicsRequest
 // registered yet, or not heard from since this broker started): that is the
 // retriable BROKER_NOT_AVAILABLE, so a script that creates a topic right
 // after `cluster up` retries instead of failing.
-func (a *api) createTopic(ctx context.Context, spec *tapesv1.TopicSpec, validateOnly bool) error {
+//
+// manual, when not nil, is the replica list of every partition (Kafka's
+// CreateTopics replica assignment, kafka_admin.go), used as given instead
+// of metadata.Assign's: its brokers must be live and registered
+// (INVALID_REPLICA_ASSIGNMENT naming the others; BROKER_NOT_AVAILABLE while
+// one is still starting), spec.Partitions and spec.ReplicationFactor must
+// match it.
+func (a *api) createTopic(ctx context.Context, spec *tapesv1.TopicSpec, manual [][]metadata.BrokerID, validateOnly bool) error {
 	b := a.b
 	if err := metadata.ValidateTopicName(spec.Name); err != nil {
 		return err
@@ -253,6 +266,13 @@ func (a *api) createTopic(ctx context.Context, spec *tapesv1.TopicSpec, validate
 			case !registered || l == unknown:
 				starting = append(starting, id)
 			}
+		}
+		if manual != nil {
+			assignment, assignErr = checkManualAssignment(manual, avail, starting)
+			if assignErr == nil {
+				budgetErr = s.CheckBudget(spec.Name, assignment, b.cfg.MaxPartitionsPerBroker)
+			}
+			return
 		}
 		if spec.Partitions > 0 && spec.ReplicationFactor > 0 && int(spec.ReplicationFactor) > len(avail) &&
 			int(spec.ReplicationFactor) <= len(avail)+len(starting) {

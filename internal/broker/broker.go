@@ -24,6 +24,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/kafkawire"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/raftlog"
 	"github.com/tapes-dev/tapes/internal/raftnet"
 	"github.com/tapes-dev/tapes/internal/replication"
 )
@@ -81,6 +82,11 @@ type Broker struct {
 	// kafka is the Kafka front end once ServeKafka runs (nil before or
 	// without a Kafka listener). Guarded by mu; Shutdown closes it first.
 	kafka *kafkawire.Server
+
+	// raftLog is the Raft log the partition groups share (internal/raftlog,
+	// DATA/raftlog), open from New to the end of Shutdown, after every
+	// replica closed.
+	raftLog *raftlog.Log
 
 	reports *reporter
 	metrics *metrics
@@ -149,7 +155,12 @@ func New(cfg Config) (*Broker, error) {
 		mux.Close()
 		return nil, fmt.Errorf("group coordinator: %w", err)
 	}
+	if b.raftLog, err = raftlog.Open(filepath.Join(cfg.DataDir, "raftlog"), raftlog.Options{Logger: b.log}); err != nil {
+		mux.Close()
+		return nil, fmt.Errorf("partitions' raft log: %w", err)
+	}
 	if err := b.openController(); err != nil {
+		b.raftLog.Close()
 		mux.Close()
 		return nil, err
 	}
@@ -281,6 +292,9 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 			}(r)
 		}
 		wg.Wait()
+		if err := b.raftLog.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("partitions' raft log: %w", err))
+		}
 		b.ctrlTrans.Close()
 		if err := b.ctrlRaft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("controller raft: %w", err))

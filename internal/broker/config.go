@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,6 +32,10 @@ type Config struct {
 	Peers map[metadata.BrokerID]string
 
 	Raft replication.RaftTimings
+	// RaftLog is where new partition groups keep their Raft log: the
+	// broker's shared log in DATA/raftlog (group commit) or a raft.db per
+	// group. Existing groups keep theirs. Empty: DefaultRaftLog.
+	RaftLog replication.RaftLogKind
 	// ReplicaLagTimeMax is Kafka's replica.lag.time.max.ms.
 	ReplicaLagTimeMax time.Duration
 	// RetentionCheckInterval is Kafka's log.retention.check.interval.ms.
@@ -50,6 +55,10 @@ type Config struct {
 	// metadata.State.CheckBudget); ARCHITECTURE.md "Partition budget" has
 	// the measurement behind the default.
 	MaxPartitionsPerBroker int
+	// DefaultPartitions and DefaultReplicationFactor are Kafka's
+	// num.partitions and default.replication.factor: what a Kafka
+	// CreateTopics asking for -1 gets (kafka_admin.go). Kafka's defaults, 1.
+	DefaultPartitions, DefaultReplicationFactor int32
 
 	// Groups configures the consumer group coordinator.
 	Groups GroupConfig
@@ -88,6 +97,7 @@ var (
 	ErrSessionTiming = errors.New("session timeout must exceed the heartbeat interval")
 	ErrGroupConfig   = errors.New("invalid group coordinator config")
 	ErrBudget        = errors.New("invalid max partitions per broker")
+	ErrTopicDefaults = errors.New("invalid topic defaults")
 )
 
 // DefaultMaxPartitionsPerBroker: measured on a 2-core machine, 300 replicas
@@ -107,16 +117,23 @@ const maxPartitionMetadataBytes = 160
 // topic of a cluster at its partition budget must fit in it.
 const clientMaxMessageBytes = 4 << 20
 
+// DefaultRaftLog is the Raft log store of new partition groups; see
+// ARCHITECTURE.md "Where the time goes" for the measurement.
+const DefaultRaftLog = replication.RaftLogWAL
+
 // DefaultConfig returns the defaults for the timing fields.
 func DefaultConfig() Config {
 	return Config{
-		Raft:                   replication.DefaultRaftTimings(),
-		ReplicaLagTimeMax:      10 * time.Second,
-		RetentionCheckInterval: 5 * time.Second,
-		PreferredLeaderDelay:   5 * time.Second,
-		HeartbeatInterval:      time.Second,
-		SessionTimeout:         4 * time.Second,
-		MaxPartitionsPerBroker: DefaultMaxPartitionsPerBroker,
+		Raft:                     replication.DefaultRaftTimings(),
+		RaftLog:                  DefaultRaftLog,
+		ReplicaLagTimeMax:        10 * time.Second,
+		RetentionCheckInterval:   5 * time.Second,
+		PreferredLeaderDelay:     5 * time.Second,
+		HeartbeatInterval:        time.Second,
+		SessionTimeout:           4 * time.Second,
+		MaxPartitionsPerBroker:   DefaultMaxPartitionsPerBroker,
+		DefaultPartitions:        1,
+		DefaultReplicationFactor: 1,
 		Groups: GroupConfig{
 			OffsetsTopicPartitions:        6,
 			OffsetsTopicReplicationFactor: 3,
@@ -160,6 +177,12 @@ func ValidateConfig(c *Config) error {
 	if c.RetentionCheckInterval <= 0 || c.HeartbeatInterval <= 0 {
 		return fmt.Errorf("%w: retention check %v, heartbeat %v", ErrTiming, c.RetentionCheckInterval, c.HeartbeatInterval)
 	}
+	if c.RaftLog == "" {
+		c.RaftLog = DefaultRaftLog
+	}
+	if _, err := replication.ParseRaftLogKind(string(c.RaftLog)); err != nil {
+		return err
+	}
 	if c.PreferredLeaderDelay < 0 {
 		return fmt.Errorf("%w: preferred leader delay %v", ErrTiming, c.PreferredLeaderDelay)
 	}
@@ -168,6 +191,9 @@ func ValidateConfig(c *Config) error {
 	}
 	if c.MaxPartitionsPerBroker <= 0 {
 		return fmt.Errorf("%w: %d", ErrBudget, c.MaxPartitionsPerBroker)
+	}
+	if c.DefaultPartitions <= 0 || c.DefaultReplicationFactor <= 0 || c.DefaultReplicationFactor > math.MaxInt16 {
+		return fmt.Errorf("%w: default partitions %d, default replication factor %d (each at least 1)", ErrTopicDefaults, c.DefaultPartitions, c.DefaultReplicationFactor)
 	}
 	if worst := c.MaxPartitionsPerBroker * len(c.Peers) * maxPartitionMetadataBytes; worst > clientMaxMessageBytes {
 		return fmt.Errorf("%w: %d partitions per broker x %d brokers could make a Metadata answer of %d bytes, over the %d a gRPC client accepts; at most %d per broker",

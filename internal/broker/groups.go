@@ -109,7 +109,7 @@ func (b *Broker) ensureOffsetsTopic(ctx context.Context) error {
 			metadata.ConfigRetentionBytes: "-1",
 			metadata.ConfigSegmentBytes:   strconv.Itoa(offsetsTopicSegmentBytes),
 		}}
-	err := (&api{b: b}).createTopic(ctx, spec, false)
+	err := (&api{b: b}).createTopic(ctx, spec, nil, false)
 	if err != nil && !kerr.Is(err, kerr.TopicAlreadyExists) {
 		return err
 	}

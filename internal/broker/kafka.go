@@ -55,6 +55,7 @@ func (b *Broker) ServeKafka(lis net.Listener) error {
 	}})
 	srv.Register(kmsg.Metadata.Int16(), kafkaMetadataMin, kafkaMetadataMax, b.kafkaMetadata)
 	b.registerKafkaProduce(srv)
+	b.registerKafkaAdmin(srv)
 	b.kafka = srv
 	b.mu.Unlock()
 	b.log.Info("kafka listener serving", "listen", lis.Addr().String(), "advertise", b.cfg.KafkaAdvertise)

@@ -115,8 +115,29 @@ func (b *Broker) topicExists(topic string, id metadata.TopicID) bool {
 // removeStaleDirs removes partition directories (named by GroupName) that
 // the metadata does not assign to this broker and no open replica uses:
 // replicas of topics deleted while this broker was down, or left by a crash
-// in the middle of a delete. Called from reconcile only.
+// in the middle of a delete; and their groups' entries in the shared Raft
+// log. Called from reconcile only.
 func (b *Broker) removeStaleDirs(want map[string]wantReplica) {
+	stale := func(name string) bool {
+		if _, ok := want[name]; ok {
+			return false
+		}
+		b.mu.Lock()
+		_, open := b.replicas[name]
+		b.mu.Unlock()
+		return !open
+	}
+	for _, name := range b.raftLog.Groups() {
+		if !stale(name) {
+			continue
+		}
+		if s, err := b.raftLog.Group(name); err == nil {
+			b.log.Info("dropping the Raft log of a partition this broker no longer hosts", "group", name)
+			if err := s.Drop(); err != nil {
+				b.log.Warn("drop a partition's Raft log", "group", name, "err", err)
+			}
+		}
+	}
 	root := filepath.Join(b.cfg.DataDir, "partitions")
 	entries, err := os.ReadDir(root)
 	if err != nil {
@@ -127,13 +148,7 @@ func (b *Broker) removeStaleDirs(want map[string]wantReplica) {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if _, ok := want[name]; ok {
-			continue
-		}
-		b.mu.Lock()
-		_, open := b.replicas[name]
-		b.mu.Unlock()
-		if open {
+		if !stale(name) {
 			continue
 		}
 		b.log.Info("removing the directory of a partition this broker no longer hosts", "dir", name)
@@ -156,6 +171,8 @@ func (b *Broker) openReplica(name string, w wantReplica) error {
 	r, err := replication.Open(replication.Config{
 		Topic: w.topic, TopicID: w.id, Partition: w.partition,
 		Dir:                    filepath.Join(b.cfg.DataDir, "partitions", name), // name is GroupName: removeStaleDirs relies on it
+		RaftLog:                b.raftLog,
+		NewRaftLog:             b.cfg.RaftLog,
 		LocalID:                b.cfg.ID,
 		Replicas:               w.replicas,
 		TopicConfig:            w.config,

@@ -25,7 +25,7 @@ func DefaultDir() string {
 type Process struct {
 	// Name addresses the process in every command: "broker-1", "producer-1", "consumer-2".
 	Name string `json:"name"`
-	// Kind is "broker", "producer" or "consumer".
+	// Kind is "broker", "producer", "consumer" or "kafka" (a Kafka client).
 	Kind string `json:"kind"`
 	// ID is the broker id for brokers, 0 otherwise.
 	ID int32 `json:"id,omitempty"`
@@ -36,8 +36,13 @@ type Process struct {
 	// KafkaAddress is the broker's Kafka listener (host:port), which Kafka
 	// clients dial; brokers only, absent in files from before it existed.
 	KafkaAddress string `json:"kafka_address,omitempty"`
-	DataDir      string `json:"data_dir,omitempty"`
-	Log          string `json:"log,omitempty"`
+	// Netns is the network namespace the broker runs in and Veth the
+	// host-side end of its veth pair, on a cluster started on hosts of
+	// their own (`cluster up --netns`); empty otherwise.
+	Netns   string `json:"netns,omitempty"`
+	Veth    string `json:"veth,omitempty"`
+	DataDir string `json:"data_dir,omitempty"`
+	Log     string `json:"log,omitempty"`
 }
 
 // File is the content of cluster.json.

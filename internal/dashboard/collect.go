@@ -689,11 +689,13 @@ func (c *collector) snapshot(now time.Time) (*Snapshot, []procState) {
 	stats := c.stats
 	c.mu.Unlock()
 
-	for _, l := range c.c.Links() {
+	links := c.c.Links()
+	for _, l := range links {
 		s.Links = append(s.Links, Link{From: l.From, To: l.To, Mode: l.Mode.String(),
 			DelayMs: l.Delay.Milliseconds(), JitterMs: l.Jitter.Milliseconds()})
 	}
 	s.Producers, s.Consumers = c.procs.list(procs, now)
+	s.KafkaClients = kafkaClients(c.c, procs, links)
 	s.Sink = sinkCounters(stats, s.Groups, s.Consumers)
 	s.Runs = c.runs.list()
 	return s, procs

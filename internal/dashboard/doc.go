@@ -75,6 +75,8 @@
 //	  "producers": [{"name","state":"starting|running|paused|stopping|stopped|crashed","topic","rate","acks","idempotent",
 //	      "keys","hotKeyShare","sent","acked","failed":{"NAME":n},"retried","inFlight",
 //	      "ackedPerPartition":{"0":n},"ratePerPartition":{"0":r},"pid","lastExit"}],
+//	  "kafkaClients": [{"name","state":"running|paused|crashed|stopped","pid","lastExit","command",
+//	      "links":[{"broker","mode","delayMs","jitterMs","connections","requests","responses"}]}],
 //	  "links": [{"from","to","mode":"pass|blackhole|drop-back|drop-forward","delayMs","jitterMs"}],
 //	  "sink": {"delivered","duplicates","neverProcessed","outOfKeyOrder","totalLag","activeConsumers","generation"},
 //	  "effects": [{"eventId","key","partition","offset","consumer","duplicate","outOfOrder"}],

@@ -20,6 +20,9 @@ type Snapshot struct {
 	DescribeTopics string       `json:"describeTopics"`
 	Experiments    []Experiment `json:"experiments"`
 	Runs           []Run        `json:"runs"`
+
+	// KafkaClients are the Kafka client programs the launcher supervises.
+	KafkaClients []KafkaClient `json:"kafkaClients"`
 }
 
 // Broker is one broker process.

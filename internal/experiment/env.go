@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/netip"
 	"path/filepath"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/launch"
 	"github.com/tapes-dev/tapes/internal/netfault"
+	"github.com/tapes-dev/tapes/internal/netns"
 	"github.com/tapes-dev/tapes/internal/report"
 )
 
@@ -38,6 +40,7 @@ type Env struct {
 	events  *report.EventLog
 	bins    Binaries
 	faultID int
+	network *netns.Network // Options.Netns; nil: every fault is a link's
 
 	mu       sync.Mutex
 	settings map[string]string
@@ -174,7 +177,21 @@ func (e *Env) Note(what string) {
 // Cut sets every link between a and each of others to mode (both
 // directions of every connection between them; a client has links to the
 // brokers only).
+//
+// With Options.Netns, a cut between brokers drops packets instead: a's host
+// drops every packet from and to the others' (Blackhole), or no longer
+// does (Pass); other modes are for links only.
 func (e *Env) Cut(a string, others []string, mode netfault.Mode) error {
+	if h, addrs, ok := e.hosts(a, others); ok {
+		switch mode {
+		case netfault.Blackhole:
+			return h.Drop(context.Background(), addrs, false)
+		case netfault.Pass:
+			return h.Undrop(context.Background(), addrs)
+		default:
+			return fmt.Errorf("cut %s from %v: mode %s is for links, not hosts", a, others, mode)
+		}
+	}
 	exists := map[[2]string]bool{}
 	for _, l := range e.C.Links() {
 		exists[[2]string{l.From, l.To}] = true
@@ -195,6 +212,22 @@ func (e *Env) Cut(a string, others []string, mode netfault.Mode) error {
 		return fmt.Errorf("no link between %s and %v", a, others)
 	}
 	return nil
+}
+
+// hosts returns a's host and the others' addresses when all of them run
+// on hosts of their own.
+func (e *Env) hosts(a string, others []string) (netns.Host, []netip.Addr, bool) {
+	if e.network == nil {
+		return netns.Host{}, nil, false
+	}
+	h, ok := e.network.Host(a)
+	var addrs []netip.Addr
+	for _, o := range others {
+		oh, found := e.network.Host(o)
+		ok = ok && found
+		addrs = append(addrs, oh.IP)
+	}
+	return h, addrs, ok && len(addrs) > 0
 }
 
 // Brokers returns the broker names.

@@ -12,11 +12,13 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/check"
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/launch"
+	"github.com/tapes-dev/tapes/internal/netns"
 	"github.com/tapes-dev/tapes/internal/report"
 )
 
@@ -73,6 +75,12 @@ type Options struct {
 	// BrokerArgs are added to every brokerd (after the runner's own).
 	BrokerArgs []string
 	Stdout     io.Writer
+	// Netns runs the brokers on hosts of their own (root only, see
+	// internal/netns): three network namespaces on a free 10.77.N.0/24,
+	// joined by a bridge, removed at the end of the run. Env.Cut between
+	// brokers then drops their packets at the IP level (nftables) instead
+	// of cutting links; producers and consumers keep their links.
+	Netns bool
 }
 
 // brokerArgs make failures show within seconds (as the tests' timings).
@@ -117,8 +125,15 @@ func Run(ctx context.Context, x *Experiment, o Options) (*Outcome, error) {
 	}
 	defer events.Close()
 	start := time.Now()
+	var network *netns.Network
+	if o.Netns {
+		if network, err = netns.Create(ctx, netns.Config{Hosts: []string{"broker-1", "broker-2", "broker-3"}}); err != nil {
+			return nil, err
+		}
+		defer network.Close() // after c.Close below: no broker left in a namespace
+	}
 	c, err := launch.Start(ctx, launch.Options{Dir: filepath.Join(o.Out, "cluster"), Brokers: 3, BrokerdPath: o.Bins.Brokerd,
-		BrokerArgs: append(slices.Clone(brokerArgs), o.BrokerArgs...), Links: true, StopTimeout: 10 * time.Second})
+		BrokerArgs: append(slices.Clone(brokerArgs), o.BrokerArgs...), Links: true, StopTimeout: 10 * time.Second, Network: network})
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +150,12 @@ func Run(ctx context.Context, x *Experiment, o Options) (*Outcome, error) {
 	}
 	defer cl.Close()
 	e := &Env{Out: o.Out, C: c, Client: cl, Rand: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15)), Duration: o.Duration,
-		out: o.Stdout, events: events, bins: o.Bins, settings: map[string]string{"seed": strconv.FormatUint(o.Seed, 10), "duration": o.Duration.String()}}
+		out: o.Stdout, events: events, bins: o.Bins, network: network, settings: map[string]string{"seed": strconv.FormatUint(o.Seed, 10), "duration": o.Duration.String()}}
 	e.Printf("%s: cluster of 3 brokers in %s (seed %d)", x.Name, c.Dir(), o.Seed)
+	if network != nil {
+		e.Set("hosts", fmt.Sprintf("network namespaces on %s; faults between brokers drop packets (nftables)", network.Subnet))
+		e.Printf("brokers on their own hosts: %s", strings.Join(c.Bootstrap(), ", "))
+	}
 
 	wctx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})

@@ -38,6 +38,11 @@ const (
 	InvalidRequest               Code = "INVALID_REQUEST"
 	KafkaStorageError            Code = "KAFKA_STORAGE_ERROR"
 	PolicyViolation              Code = "POLICY_VIOLATION"
+	InvalidReplicaAssignment     Code = "INVALID_REPLICA_ASSIGNMENT"
+	// Leader epoch fencing (Kafka's current_leader_epoch, KIP-320): the
+	// client's epoch is older (FENCED) or newer (UNKNOWN) than the leader's.
+	FencedLeaderEpoch  Code = "FENCED_LEADER_EPOCH"
+	UnknownLeaderEpoch Code = "UNKNOWN_LEADER_EPOCH"
 	// Record batches as Kafka clients send them (internal/kafkawire).
 	InvalidRecord              Code = "INVALID_RECORD"
 	UnsupportedCompressionType Code = "UNSUPPORTED_COMPRESSION_TYPE"
@@ -77,6 +82,8 @@ var retriable = map[Code]bool{
 	CoordinatorLoadInProgress:    true,
 	UnknownTopicOrPartition:      true,
 	CorruptMessage:               true,
+	FencedLeaderEpoch:            true,
+	UnknownLeaderEpoch:           true,
 }
 
 // Retriable reports whether a request that failed with c may succeed if sent again.
@@ -95,14 +102,15 @@ func (c Code) grpcCode() codes.Code {
 	case RecordTooLarge, InvalidTopic, InvalidRequiredAcks, InvalidPartitions,
 		InvalidReplicationFactor, InvalidConfig, InvalidRequest, CorruptMessage, MemberIDRequired,
 		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID, InvalidRecord, UnsupportedCompressionType,
-		PolicyViolation:
+		PolicyViolation, InvalidReplicaAssignment:
 		return codes.InvalidArgument
 	case RequestTimedOut:
 		return codes.DeadlineExceeded
 	case LeaderNotAvailable, BrokerNotAvailable, NotEnoughReplicas, CoordinatorNotAvailable, CoordinatorLoadInProgress:
 		return codes.Unavailable
 	case NotLeaderOrFollower, NotController, NotCoordinator, IllegalGeneration,
-		RebalanceInProgress, NotEnoughReplicasAfterAppend, OutOfOrderSequenceNumber, InvalidProducerEpoch, NonEmptyGroup:
+		RebalanceInProgress, NotEnoughReplicasAfterAppend, OutOfOrderSequenceNumber, InvalidProducerEpoch, NonEmptyGroup,
+		FencedLeaderEpoch, UnknownLeaderEpoch:
 		return codes.FailedPrecondition
 	}
 	return codes.Internal

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/netns"
 )
 
 // child is one process of the cluster (a broker, or a producer or consumer
@@ -33,6 +34,9 @@ type child struct {
 	listen  string // HOST:PORT the launcher binds for it (brokers only)
 	// kafkaAddr and kafkaListen are the same for its Kafka listener.
 	kafkaAddr, kafkaListen string
+	// host is the broker's own host (Options.Network), nil on the
+	// launcher's.
+	host *netns.Host
 	// path, args and env run a non-broker child; env adds to the
 	// launcher's environment.
 	path string
@@ -73,6 +77,15 @@ func (ch *child) liveLocked() *run {
 func (c *Cluster) commandLine(ch *child) (string, []string) {
 	if ch.kind != "broker" {
 		return ch.path, ch.args
+	}
+	if ch.host != nil {
+		return c.network.Command(*ch.host, c.brokerd, append([]string{
+			"--id", strconv.Itoa(int(ch.id)),
+			"--data-dir", ch.dataDir,
+			"--listen", ch.listen,
+			"--kafka-listen", ch.kafkaListen,
+			"--peers", c.peersOf(ch),
+		}, c.brokerArgs...)...)
 	}
 	args := []string{
 		"--id", strconv.Itoa(int(ch.id)),
@@ -352,7 +365,7 @@ func (c *Cluster) Restart(name string) error {
 			}
 		}
 		var ls *brokerListeners
-		if ch.kind == "broker" {
+		if ch.kind == "broker" && ch.host == nil {
 			if ls, err = bindBroker(ch); err != nil {
 				return fmt.Errorf("launch: restart %s: bind its address again: %w", name, err)
 			}

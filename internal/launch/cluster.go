@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +18,13 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/clusterfile"
 	"github.com/tapes-dev/tapes/internal/netfault"
+	"github.com/tapes-dev/tapes/internal/netns"
+)
+
+// The ports of every broker on its own host (Options.Network).
+const (
+	NetnsPort      = 9092
+	NetnsKafkaPort = 9093
 )
 
 // Errors returned by this package; match them with errors.Is.
@@ -82,6 +90,7 @@ type Cluster struct {
 	peers     string   // the --peers value every broker gets without links
 	others    []clusterfile.Process
 	withLinks bool
+	network   *netns.Network // nil: brokers on the launcher's host
 
 	mu     sync.Mutex
 	closed bool
@@ -126,6 +135,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		log:         o.Logger,
 		lock:        lock,
 		withLinks:   o.Links,
+		network:     o.Network,
 		byName:      map[string]*child{},
 		links:       map[linkKey]*netfault.Link{},
 		events:      make(chan ExitEvent, exitEventBuffer),
@@ -139,7 +149,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		lock.release()
 		return nil, err
 	}
-	if c.withLinks {
+	if c.withLinks && c.network == nil {
 		if err := c.brokerLinks(); err != nil {
 			for _, ls := range listeners {
 				ls.close()
@@ -237,6 +247,14 @@ func (c *Cluster) bindAll() ([]*brokerListeners, error) {
 	}
 	var peers []string
 	for _, ch := range c.children {
+		if c.network != nil {
+			if err := c.placeOnHost(ch); err != nil {
+				return fail(err)
+			}
+			lss = append(lss, nil)
+			peers = append(peers, strconv.Itoa(int(ch.id))+"="+ch.addr)
+			continue
+		}
 		g, addr, listen, err := c.bindPort(ch.name, "gRPC", ch.proc.Address)
 		if err != nil {
 			return fail(err)
@@ -253,6 +271,27 @@ func (c *Cluster) bindAll() ([]*brokerListeners, error) {
 	}
 	c.peers = strings.Join(peers, ",")
 	return lss, nil
+}
+
+// placeOnHost gives broker ch its host's addresses (Options.Network). A
+// cluster.json from an earlier run on other addresses is an error: the
+// brokers' Raft configurations hold those.
+func (c *Cluster) placeOnHost(ch *child) error {
+	h, ok := c.network.Host(ch.name)
+	if !ok {
+		return fmt.Errorf("launch: the network has no host %s", ch.name)
+	}
+	addr := netip.AddrPortFrom(h.IP, NetnsPort).String()
+	kaddr := netip.AddrPortFrom(h.IP, NetnsKafkaPort).String()
+	if old := ch.proc.Address; old != "" && old != addr {
+		return fmt.Errorf("launch: %s was at %s in %s, its host is at %s now: use the subnet of that run, or another directory",
+			ch.name, old, filepath.Join(c.dir, clusterfile.Name), addr)
+	}
+	ch.addr, ch.listen, ch.proc.Address = addr, addr, addr
+	ch.kafkaAddr, ch.kafkaListen, ch.proc.KafkaAddress = kaddr, kaddr, kaddr
+	ch.host = &h
+	ch.proc.Netns, ch.proc.Veth = h.Netns, h.Veth
+	return nil
 }
 
 // bindPort binds one listener of broker name on the launcher's host: at
@@ -380,6 +419,10 @@ type ProcessState struct {
 	State string
 	// LastExit is how the last run ended ("" while running).
 	LastExit string
+	// Command is the program and arguments of a process StartProcess
+	// started, as it runs them (a Kafka client's bootstrap replaced);
+	// nil for brokers.
+	Command []string
 }
 
 // ProcessStatus returns the named process's state.
@@ -391,6 +434,9 @@ func (c *Cluster) ProcessStatus(name string) (ProcessState, error) {
 		return ProcessState{}, fmt.Errorf("launch: %q: %w", name, ErrUnknownProcess)
 	}
 	st := ProcessState{Proc: ch.proc}
+	if ch.kind != "broker" {
+		st.Command = append([]string{ch.path}, ch.args...)
+	}
 	switch r := ch.liveLocked(); {
 	case r != nil && r.paused:
 		st.State = "paused"

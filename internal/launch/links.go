@@ -3,6 +3,7 @@ package launch
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -62,7 +63,7 @@ func (c *Cluster) linkLocked(from string, to *child) (*netfault.Link, error) {
 // peersOf is broker ch's --peers value: itself directly, the others through
 // its links to them (or directly without links).
 func (c *Cluster) peersOf(ch *child) string {
-	if !c.withLinks {
+	if !c.withLinks || c.network != nil {
 		return c.peers
 	}
 	c.mu.Lock()
@@ -78,6 +79,55 @@ func (c *Cluster) peersOf(ch *child) string {
 	return strings.Join(out, ",")
 }
 
+// kafkaLinkLocked returns (creating it) the Kafka link from the Kafka
+// client from to the broker named to at its Kafka address addr. c.mu held.
+func (c *Cluster) kafkaLinkLocked(from, to, addr string) (*netfault.Link, error) {
+	k := linkKey{from, to}
+	if l, ok := c.links[k]; ok {
+		return l, nil
+	}
+	resolve := func(node int32, host string, port int32) (string, error) {
+		return c.kafkaResolve(from, node, net.JoinHostPort(host, strconv.Itoa(int(port))))
+	}
+	l, err := netfault.ListenKafka(addr, c.log.With("link", from+"->"+to), resolve)
+	if err != nil {
+		return nil, fmt.Errorf("launch: link %s->%s: %w", from, to, err)
+	}
+	c.links[k] = l
+	return l, nil
+}
+
+// kafkaResolve is the resolver of every Kafka link of the client from: the
+// address of its link to the broker a Kafka answer names (node id, its
+// Kafka address addr). A broker of this cluster is known by its Kafka
+// address; one the launcher did not start (it joined later) gets a link
+// named broker-NODE on first sight (or its address, if a broker of that
+// name has another one). Called on a link's answer goroutine.
+func (c *Cluster) kafkaResolve(from string, node int32, addr string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return "", ErrClosed
+	}
+	to := ""
+	for _, b := range c.children {
+		if b.kafkaAddr == addr {
+			to = b.name
+		}
+	}
+	if to == "" {
+		to = fmt.Sprintf("broker-%d", node)
+		if l, ok := c.links[linkKey{from, to}]; ok && l.Target() != addr || c.byName[to] != nil {
+			to = addr
+		}
+	}
+	l, err := c.kafkaLinkLocked(from, to, addr)
+	if err != nil {
+		return "", err
+	}
+	return l.Addr(), nil
+}
+
 func (c *Cluster) closeLinks() {
 	c.mu.Lock()
 	links := c.links
@@ -88,29 +138,53 @@ func (c *Cluster) closeLinks() {
 	}
 }
 
+// KafkaBootstrapEnv is the environment variable that gives a Kafka client
+// started by StartProcess (kind KafkaKind) its bootstrap servers,
+// "HOST:PORT,...": its own links to the brokers' Kafka listeners (or the
+// listeners themselves without links).
+const KafkaBootstrapEnv = "KAFKA_BOOTSTRAP"
+
+// KafkaBootstrapArg, in a Kafka client's arguments, is replaced by the same
+// list as KafkaBootstrapEnv.
+const KafkaBootstrapArg = "{kafka-bootstrap}"
+
+// KafkaKind is the kind of a process that speaks Kafka's protocol (any
+// Kafka client program: kcat, a franz-go or Java program).
+const KafkaKind = "kafka"
+
 // ProcessSpec describes a process for StartProcess.
 type ProcessSpec struct {
-	// Name addresses it ("producer-1", "consumer-2"); unique in the cluster.
+	// Name addresses it ("producer-1", "consumer-2", "kcat-1"); unique in
+	// the cluster.
 	Name string
-	// Kind is "producer" or "consumer".
+	// Kind is "producer" or "consumer" (producerd, consumerd: tapes'
+	// protocol, links through AddressMapEnv) or KafkaKind (a Kafka
+	// client: links that rewrite Kafka's answers, KafkaBootstrapEnv and
+	// KafkaBootstrapArg).
 	Kind string
 	// Path is the program; Args its arguments (the launcher adds nothing:
-	// pass --dir or --bootstrap-server yourself).
+	// pass --dir or --bootstrap-server yourself, except that a Kafka
+	// client's KafkaBootstrapArg is replaced).
 	Path string
 	Args []string
 }
 
 // StartProcess starts a client process of the cluster (a producerd or
-// consumerd) that the launcher supervises like a broker: Kill, Stop, Pause,
-// Resume and Restart address it by name, its output goes to
-// DIR/logs/NAME.log and cluster.json lists it. With links, it reaches every
-// broker through a link of its own (AddressMapEnv).
+// consumerd, or any Kafka client) that the launcher supervises like a
+// broker: Kill, Stop, Pause, Resume and Restart address it by name, its
+// output goes to DIR/logs/NAME.log and cluster.json lists it. With links,
+// it reaches every broker through a link of its own: through AddressMapEnv
+// for producerd and consumerd; a Kafka client is given its links to the
+// brokers' Kafka listeners as bootstrap (KafkaBootstrapEnv,
+// KafkaBootstrapArg), and the links rewrite the brokers' addresses in
+// Metadata and FindCoordinator answers to its links (netfault.ListenKafka),
+// so that every connection it opens crosses one.
 func (c *Cluster) StartProcess(spec ProcessSpec) error {
 	if spec.Name == "" || spec.Path == "" {
 		return fmt.Errorf("launch: a process needs a name and a program")
 	}
-	if spec.Kind != "producer" && spec.Kind != "consumer" {
-		return fmt.Errorf("launch: process kind %q: want producer or consumer", spec.Kind)
+	if spec.Kind != "producer" && spec.Kind != "consumer" && spec.Kind != KafkaKind {
+		return fmt.Errorf("launch: process kind %q: want producer, consumer or %s", spec.Kind, KafkaKind)
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -124,7 +198,25 @@ func (c *Cluster) StartProcess(spec ProcessSpec) error {
 	log := filepath.Join(c.dir, "logs", spec.Name+".log")
 	ch := &child{kind: spec.Kind, name: spec.Name, log: log, path: spec.Path, args: append([]string(nil), spec.Args...),
 		proc: clusterfile.Process{Name: spec.Name, Kind: spec.Kind, Log: log}}
-	if c.withLinks {
+	switch {
+	case spec.Kind == KafkaKind:
+		bootstrap := c.KafkaBootstrap()
+		if c.withLinks {
+			for i, b := range c.children {
+				l, err := c.kafkaLinkLocked(spec.Name, b.name, b.kafkaAddr)
+				if err != nil {
+					c.mu.Unlock()
+					return err
+				}
+				bootstrap[i] = l.Addr()
+			}
+		}
+		list := strings.Join(bootstrap, ",")
+		for i, a := range ch.args {
+			ch.args[i] = strings.ReplaceAll(a, KafkaBootstrapArg, list)
+		}
+		ch.env = []string{KafkaBootstrapEnv + "=" + list}
+	case c.withLinks:
 		var pairs []string
 		for _, b := range c.children {
 			l, err := c.linkLocked(spec.Name, b)
@@ -153,6 +245,11 @@ type LinkState struct {
 	Mode         netfault.Mode
 	Delay        time.Duration
 	Jitter       time.Duration
+	// Kafka: the link rewrites Kafka answers (a Kafka client's link to a
+	// broker's Kafka listener). Stats are its counters (Links fills
+	// them; CutChanges and the rest ignore them).
+	Kafka bool
+	Stats netfault.Stats
 }
 
 // Links returns every link, sorted by from, then to.
@@ -162,7 +259,8 @@ func (c *Cluster) Links() []LinkState {
 	out := make([]LinkState, 0, len(c.links))
 	for k, l := range c.links {
 		d, j := l.Delay()
-		out = append(out, LinkState{From: k.from, To: k.to, Addr: l.Addr(), Target: l.Target(), Mode: l.Mode(), Delay: d, Jitter: j})
+		out = append(out, LinkState{From: k.from, To: k.to, Addr: l.Addr(), Target: l.Target(), Mode: l.Mode(), Delay: d, Jitter: j,
+			Kafka: l.Kafka(), Stats: l.Stats()})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].From != out[j].From {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"path/filepath"
 	"time"
+
+	"github.com/tapes-dev/tapes/internal/netns"
 )
 
 // DefaultBrokers is the size of a new cluster when Options.Brokers is 0.
@@ -44,6 +46,15 @@ type Options struct {
 	// StartProcess reaches each broker through its own link. Off, brokers
 	// dial each other directly.
 	Links bool
+	// Network, when set, runs broker-N in the host of that name (a
+	// network namespace of its own, see internal/netns), listening on
+	// its own address at NetnsPort (gRPC) and NetnsKafkaPort (Kafka)
+	// with --listen and --kafka-listen instead of sockets the launcher
+	// binds. Brokers then dial each other directly, host to host, so
+	// that faults between them are IP-level ones (netns.Host.Drop);
+	// with Links, producers and consumers still get links of their own.
+	// The caller creates the network and closes it after Close.
+	Network *netns.Network
 	// Logger receives the launcher's own records: "starting broker" and
 	// "waiting for cluster" at Info, port changes and forced kills at Warn,
 	// exits at Debug. nil discards them.
@@ -71,6 +82,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Network != nil && o.Host != "127.0.0.1" {
+		return o, fmt.Errorf("launch: Host %s and Network: brokers listen on their hosts' addresses", o.Host)
 	}
 	if o.BrokerdPath == "" {
 		if o.BrokerdPath, err = FindBinary("brokerd"); err != nil {

@@ -81,14 +81,7 @@ func ParseTopicConfig(configs map[string]string) (TopicConfig, error) {
 	return c, nil
 }
 
-func knownConfigs() string {
-	keys := make([]string, 0, len(configLimits))
-	for k := range configLimits {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return strings.Join(keys, ", ")
-}
+func knownConfigs() string { return strings.Join(TopicConfigKeys(), ", ") }
 
 // MaxTopicNameLength is Kafka's limit.
 const MaxTopicNameLength = 249
@@ -155,4 +148,36 @@ func JoinIDs(ids []BrokerID) string {
 		parts[i] = fmt.Sprint(id)
 	}
 	return strings.Join(parts, ",")
+}
+
+// TopicConfigKeys lists the topic config keys tapes knows, sorted (what
+// ParseTopicConfig accepts; Kafka's DescribeConfigs lists each).
+func TopicConfigKeys() []string {
+	keys := make([]string, 0, len(configLimits))
+	for k := range configLimits {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Value is key's value in c as ParseTopicConfig reads it back (decimal);
+// ok is false for a key tapes does not know.
+func (c TopicConfig) Value(key string) (v string, ok bool) {
+	var n int64
+	switch key {
+	case ConfigMinInsyncReplicas:
+		n = int64(c.MinInsyncReplicas)
+	case ConfigRetentionMs:
+		n = c.RetentionMs
+	case ConfigRetentionBytes:
+		n = c.RetentionBytes
+	case ConfigSegmentBytes:
+		n = c.SegmentBytes
+	case ConfigMaxMessageBytes:
+		n = c.MaxMessageBytes
+	default:
+		return "", false
+	}
+	return strconv.FormatInt(n, 10), true
 }

@@ -48,8 +48,14 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("link mode %q: want pass, blackhole, drop-back or drop-forward", s)
 }
 
-// ErrClosed is returned by a Link's methods after Close.
-var ErrClosed = errors.New("netfault: link closed")
+// Errors of this package; match them with errors.Is.
+var (
+	// ErrClosed is returned by a Link's methods after Close.
+	ErrClosed = errors.New("netfault: link closed")
+	// ErrBadResolve: a Kafka link's Resolver answered something that is
+	// not HOST:PORT; the client's connection is closed.
+	ErrBadResolve = errors.New("netfault: resolver answer is not HOST:PORT")
+)
 
 // Link is a loopback TCP proxy to one target. Its methods are safe for
 // concurrent use; SetMode takes effect at once on every open connection.
@@ -61,6 +67,13 @@ type Link struct {
 	// delay and jitter, in nanoseconds: each chunk is forwarded after
 	// delay ± a uniformly random share of jitter.
 	delay, jitter atomic.Int64
+	// resolve is set for a Kafka link (ListenKafka); nil for a link
+	// that only carries bytes.
+	resolve Resolver
+	// The counters Stats reports.
+	accepted, open      atomic.Int64
+	bytesFwd, bytesBack atomic.Int64
+	requests, responses atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{} // open connections, both sides; guarded by mu
@@ -74,6 +87,16 @@ type Link struct {
 // Listen starts a link on a loopback port the kernel picks, forwarding to
 // target.
 func Listen(target string, logger *slog.Logger) (*Link, error) {
+	l, err := listen(target, logger)
+	if err != nil {
+		return nil, err
+	}
+	l.start()
+	return l, nil
+}
+
+// listen binds the link's port; start accepts on it.
+func listen(target string, logger *slog.Logger) (*Link, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("netfault: listen: %w", err)
@@ -81,11 +104,36 @@ func Listen(target string, logger *slog.Logger) (*Link, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	l := &Link{target: target, lis: lis, log: logger, conns: map[net.Conn]struct{}{}, modeChanged: make(chan struct{})}
+	return &Link{target: target, lis: lis, log: logger, conns: map[net.Conn]struct{}{}, modeChanged: make(chan struct{})}, nil
+}
+
+func (l *Link) start() {
 	l.wg.Add(1)
 	go l.accept()
-	return l, nil
 }
+
+// Stats are a link's counters since it started.
+type Stats struct {
+	// Accepted counts the connections accepted; Open those connected to
+	// the target now.
+	Accepted, Open int64
+	// BytesForward and BytesBack count the bytes delivered each way (to
+	// the target, and its answers back), not those held by a cut.
+	BytesForward, BytesBack int64
+	// Requests and Responses count the whole Kafka frames delivered each
+	// way (Kafka links only; 0 on others).
+	Requests, Responses int64
+}
+
+// Stats returns the link's counters.
+func (l *Link) Stats() Stats {
+	return Stats{Accepted: l.accepted.Load(), Open: l.open.Load(),
+		BytesForward: l.bytesFwd.Load(), BytesBack: l.bytesBack.Load(),
+		Requests: l.requests.Load(), Responses: l.responses.Load()}
+}
+
+// Kafka reports whether the link rewrites Kafka answers (ListenKafka).
+func (l *Link) Kafka() bool { return l.resolve != nil }
 
 // Addr is the address to dial instead of the target.
 func (l *Link) Addr() string { return l.lis.Addr().String() }
@@ -172,6 +220,7 @@ func (l *Link) accept() {
 			in.Close()
 			return
 		}
+		l.accepted.Add(1)
 		l.wg.Add(1)
 		go l.serve(in)
 	}
@@ -194,12 +243,24 @@ func (l *Link) serve(in net.Conn) {
 		l.untrack(in)
 		return
 	}
+	var fwd, back stream = passStream{}, passStream{}
+	if l.resolve != nil {
+		kc := newKafkaConn(l.resolve, l.log)
+		fwd, back = &requestStream{kc: kc}, &responseStream{kc: kc}
+	}
+	l.open.Add(1)
+	defer l.open.Add(-1)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); l.pump(out, in, DropFwd); l.untrack(out) }()
-	go func() { defer wg.Done(); l.pump(in, out, DropBack); l.untrack(in) }()
+	go func() { defer wg.Done(); l.pump(out, in, DropFwd, fwd, &l.bytesFwd, &l.requests); l.untrack(out) }()
+	go func() { defer wg.Done(); l.pump(in, out, DropBack, back, &l.bytesBack, &l.responses); l.untrack(in) }()
 	wg.Wait()
 }
+
+// passStream delivers what it reads as it is.
+type passStream struct{}
+
+func (passStream) feed(in []byte) ([]byte, int, error) { return in, 0, nil }
 
 // pump copies src to dst. While the mode cuts this direction (Blackhole,
 // or cut), it holds what it read and reads no more, so the sender's
@@ -208,11 +269,20 @@ func (l *Link) serve(in net.Conn) {
 // arrives in order. (Discarding bytes instead would corrupt the byte
 // stream of a connection that outlives the cut, which no real network
 // does to TCP.)
-func (l *Link) pump(dst, src net.Conn, cut Mode) {
+//
+// s sees every chunk as it is read (a Kafka link rewrites answers there);
+// what it returns is what is held and delivered. bytes and msgs count
+// what was delivered.
+func (l *Link) pump(dst, src net.Conn, cut Mode, s stream, bytes, msgs *atomic.Int64) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			out, m, ferr := s.feed(buf[:n])
+			if ferr != nil {
+				l.log.Warn("link: closing a connection", "target", l.target, "err", ferr)
+				return
+			}
 			d, j := l.Delay()
 			if j > 0 {
 				d += time.Duration(rand.Int64N(int64(2*j)+1)) - j
@@ -230,9 +300,11 @@ func (l *Link) pump(dst, src net.Conn, cut Mode) {
 					return
 				}
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if _, werr := dst.Write(out); werr != nil {
 				return
 			}
+			bytes.Add(int64(len(out)))
+			msgs.Add(int64(m))
 		}
 		if err != nil {
 			return

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/raftlog"
 	"github.com/tapes-dev/tapes/internal/raftnet"
 )
 
@@ -107,6 +108,8 @@ var (
 	// entry (an I/O error); the replica stopped applying and serving until
 	// its broker restarts. Clients see KAFKA_STORAGE_ERROR.
 	ErrStorageFailed = errors.New("partition storage failed")
+	// ErrBadRaftLog: a Raft log kind other than wal or bolt.
+	ErrBadRaftLog = errors.New("invalid raft log kind")
 )
 
 // ServerID is the Raft id (and address) of a broker: its id in decimal. The
@@ -158,8 +161,14 @@ type Config struct {
 	Topic     string
 	TopicID   metadata.TopicID
 	Partition int32
-	// Dir holds raft.db, snapshots/ and log/.
-	Dir         string
+	// Dir holds raft.db (or stable.db), snapshots/ and log/.
+	Dir string
+	// RaftLog is the broker's shared Raft log, nil if it has none: then
+	// every group keeps its log in raft.db. NewRaftLog is where a group
+	// with neither raft.db nor stable.db (a new one) keeps it; an existing
+	// group keeps the store it has (see Replica.openLogStores).
+	RaftLog     *raftlog.Log
+	NewRaftLog  RaftLogKind
 	LocalID     metadata.BrokerID
 	Replicas    []metadata.BrokerID
 	TopicConfig metadata.TopicConfig
@@ -196,4 +205,26 @@ type Config struct {
 	// wrapLog, if set, wraps what the FSM writes the partition log through
 	// (tests inject storage faults with it).
 	wrapLog func(logWriter) logWriter
+}
+
+// RaftLogKind names where a new group's Raft log is kept (brokerd
+// --raft-log).
+type RaftLogKind string
+
+// The Raft log stores.
+const (
+	// RaftLogWAL: the broker's shared log (internal/raftlog), group commit
+	// across its groups; the group's term and vote in its stable.db.
+	RaftLogWAL RaftLogKind = "wal"
+	// RaftLogBolt: the group's own raft-boltdb file, raft.db.
+	RaftLogBolt RaftLogKind = "bolt"
+)
+
+// ParseRaftLogKind checks a --raft-log value.
+func ParseRaftLogKind(s string) (RaftLogKind, error) {
+	switch k := RaftLogKind(s); k {
+	case RaftLogWAL, RaftLogBolt:
+		return k, nil
+	}
+	return "", fmt.Errorf("%w: %q (want %q or %q)", ErrBadRaftLog, s, RaftLogWAL, RaftLogBolt)
 }

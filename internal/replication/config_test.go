@@ -2,6 +2,8 @@ package replication
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,5 +38,21 @@ func TestRaftTimingsValidate(t *testing.T) {
 	r.HeartbeatLinger = 0
 	if err := r.Validate(); err != nil {
 		t.Errorf("no linger: %v", err)
+	}
+}
+
+func TestParseRaftLogKind(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want RaftLogKind
+		ok   bool
+	}{{"wal", RaftLogWAL, true}, {"bolt", RaftLogBolt, true}, {"", "", false}, {"WAL", "", false}, {"boltdb", "", false}} {
+		got, err := ParseRaftLogKind(tc.in)
+		if got != tc.want || (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrBadRaftLog)) {
+			t.Errorf("ParseRaftLogKind(%q) = %q, %v", tc.in, got, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("%q", tc.in)) {
+			t.Errorf("error %q does not name the value %q", err, tc.in)
+		}
 	}
 }

@@ -15,17 +15,25 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/raftlog"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
 
 // Replica is one partition replica. Its methods are safe for concurrent use.
 type Replica struct {
-	cfg   Config
-	log   *storage.Log
-	fsm   *fsm
-	raft  *raft.Raft
-	bolt  *BoltStore
+	cfg  Config
+	log  *storage.Log
+	fsm  *fsm
+	raft *raft.Raft
+	// bolt is the group's raft-boltdb file: its stable store, and its log
+	// store too unless wal is set (see openLogStores).
+	bolt *BoltStore
+	// wal is the group's view of the broker's shared Raft log, nil when
+	// the group's log is in bolt.
+	wal   *raftlog.Store
 	store *ackingStore
+	// drop: Close drops the group's entries from the shared log (Delete).
+	drop atomic.Bool
 
 	maxAppend int // raft's MaxAppendEntries
 	seq       *sequencer
@@ -144,15 +152,78 @@ func Open(cfg Config) (*Replica, error) {
 	return r, nil
 }
 
+// The files of a replica's Raft state in its directory: raft.db holds the
+// log and the stable store (raft-boltdb); stable.db only the stable store,
+// when the log is in the broker's shared log.
+const (
+	boltLogFile    = "raft.db"
+	boltStableFile = "stable.db"
+)
+
+// openLogStores opens the group's Raft log store and stable store. A group
+// keeps the layout it was created with: raft.db (raft-boltdb for both), or
+// stable.db with its entries in the broker's shared log (cfg.RaftLog); a
+// new group takes cfg.NewRaftLog. The stable store (term, vote) stays in a
+// per-group bolt file in both: it changes only at elections, and bolt's
+// commit makes it durable before raft relies on it.
+func (r *Replica) openLogStores() (raft.LogStore, error) {
+	cfg := r.cfg
+	_, errBolt := os.Stat(filepath.Join(cfg.Dir, boltLogFile))
+	_, errStable := os.Stat(filepath.Join(cfg.Dir, boltStableFile))
+	useWAL := errStable == nil || (errBolt != nil && cfg.NewRaftLog == RaftLogWAL)
+	if errBolt == nil {
+		useWAL = false
+	}
+	if !useWAL {
+		bolt, err := OpenBoltStore(filepath.Join(cfg.Dir, boltLogFile))
+		if err != nil {
+			return nil, fmt.Errorf("open raft log store: %w", err)
+		}
+		r.bolt = bolt
+		return bolt, nil
+	}
+	if cfg.RaftLog == nil {
+		return nil, fmt.Errorf("replica %s-%d: its Raft log is in the broker's shared log (%s), which is not open", cfg.Topic, cfg.Partition, boltStableFile)
+	}
+	wal, err := cfg.RaftLog.Group(GroupName(cfg.Topic, cfg.Partition, cfg.TopicID))
+	if err != nil {
+		return nil, fmt.Errorf("open raft log store: %w", err)
+	}
+	bolt, err := OpenBoltStore(filepath.Join(cfg.Dir, boltStableFile))
+	if err != nil {
+		wal.Close()
+		return nil, fmt.Errorf("open raft stable store: %w", err)
+	}
+	r.bolt, r.wal = bolt, wal
+	return wal, nil
+}
+
+// closeLogStores closes what openLogStores opened; with drop, the group's
+// entries leave the shared log (its partition is deleted).
+func (r *Replica) closeLogStores(drop bool) error {
+	var err error
+	if r.wal != nil {
+		if drop {
+			err = r.wal.Drop()
+		} else {
+			err = r.wal.Close()
+		}
+	}
+	if e := r.bolt.Close(); e != nil && err == nil {
+		err = e
+	}
+	return err
+}
+
 func (r *Replica) startRaft() error {
 	cfg := r.cfg
-	bolt, err := OpenBoltStore(filepath.Join(cfg.Dir, "raft.db"))
+	logs, err := r.openLogStores()
 	if err != nil {
-		return fmt.Errorf("open raft log store: %w", err)
+		return err
 	}
-	cache, err := raft.NewLogCache(512, bolt)
+	cache, err := raft.NewLogCache(512, logs)
 	if err != nil {
-		bolt.Close()
+		r.closeLogStores(false)
 		return fmt.Errorf("raft log cache: %w", err)
 	}
 	hlog := hclog.New(&hclog.LoggerOptions{
@@ -162,7 +233,7 @@ func (r *Replica) startRaft() error {
 	})
 	snaps, err := newSnapStore(filepath.Join(cfg.Dir, "snapshots"), 2, cfg.Logger)
 	if err != nil {
-		bolt.Close()
+		r.closeLogStores(false)
 		return fmt.Errorf("raft snapshot store: %w", err)
 	}
 	rc := cfg.Raft.raftConfig(cfg.LocalID)
@@ -171,11 +242,10 @@ func (r *Replica) startRaft() error {
 		SnapshotThreshold: rc.SnapshotThreshold, HeartbeatTimeout: rc.HeartbeatTimeout, ElectionTimeout: rc.ElectionTimeout}
 	r.maxAppend = rc.MaxAppendEntries
 	r.store = &ackingStore{LogStore: cache, r: r}
-	r.bolt = bolt
 
-	existing, err := raft.HasExistingState(r.store, bolt, snaps)
+	existing, err := raft.HasExistingState(r.store, r.bolt, snaps)
 	if err != nil {
-		bolt.Close()
+		r.closeLogStores(false)
 		return fmt.Errorf("inspect raft state: %w", err)
 	}
 	// A new group's first election goes to the preferred replica (the first
@@ -194,15 +264,15 @@ func (r *Replica) startRaft() error {
 		for _, id := range cfg.Replicas {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: ServerID(id), Address: raft.ServerAddress(ServerID(id))})
 		}
-		if err := raft.BootstrapCluster(rc, r.store, bolt, snaps, cfg.Transport, raft.Configuration{Servers: servers}); err != nil {
-			bolt.Close()
+		if err := raft.BootstrapCluster(rc, r.store, r.bolt, snaps, cfg.Transport, raft.Configuration{Servers: servers}); err != nil {
+			r.closeLogStores(false)
 			return fmt.Errorf("bootstrap raft group: %w", err)
 		}
 	}
 	cfg.Transport.SetAppendObserver(r.observeAppend)
-	ra, err := raft.NewRaft(rc, r.fsm, r.store, bolt, snaps, cfg.Transport)
+	ra, err := raft.NewRaft(rc, r.fsm, r.store, r.bolt, snaps, cfg.Transport)
 	if err != nil {
-		bolt.Close()
+		r.closeLogStores(false)
 		return fmt.Errorf("start raft: %w", err)
 	}
 	r.raft = ra
@@ -262,7 +332,7 @@ func (r *Replica) Close() error {
 		if e := r.raft.Shutdown().Error(); e != nil {
 			err = fmt.Errorf("raft shutdown: %w", e)
 		}
-		if e := r.bolt.Close(); e != nil && err == nil {
+		if e := r.closeLogStores(r.drop.Load()); e != nil && err == nil {
 			err = fmt.Errorf("close raft log: %w", e)
 		}
 		if e := r.log.Close(); e != nil && err == nil {
@@ -274,6 +344,7 @@ func (r *Replica) Close() error {
 
 // Delete closes the replica and removes its data (the topic was deleted).
 func (r *Replica) Delete() error {
+	r.drop.Store(true)
 	err := r.Close()
 	if e := os.RemoveAll(r.cfg.Dir); e != nil && err == nil {
 		err = fmt.Errorf("remove replica dir: %w", e)

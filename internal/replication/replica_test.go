@@ -16,6 +16,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/eventually"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/raftlog"
 	"github.com/tapes-dev/tapes/internal/raftnet"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
@@ -93,7 +94,8 @@ func openTestReplica(t *testing.T, mux *raftnet.Mux, dir string, id metadata.Bro
 	tc.MinInsyncReplicas = min(2, len(replicas))
 	cfg := Config{Topic: "t", TopicID: 1, Dir: dir, LocalID: id, Replicas: replicas,
 		TopicConfig: tc, Raft: DefaultRaftTimings(), ReplicaLagTimeMax: 10 * time.Second,
-		RetentionCheckInterval: time.Hour, Transport: trans, Logger: quietLogger()}
+		RetentionCheckInterval: time.Hour, Transport: trans, Logger: quietLogger(),
+		RaftLog: testRaftLog(t, dir+".wal"), NewRaftLog: testRaftLogKind}
 	if fault != nil {
 		cfg.wrapLog = func(w logWriter) logWriter { fault.logWriter = w; return fault }
 	}
@@ -103,6 +105,39 @@ func openTestReplica(t *testing.T, mux *raftnet.Mux, dir string, id metadata.Bro
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// testRaftLogKind is where openTestReplica's new groups keep their Raft
+// log (tests that compare the stores change it; none runs in parallel).
+var testRaftLogKind = RaftLogWAL
+
+var testRaftLogs = struct {
+	sync.Mutex
+	m map[string]*raftlog.Log
+}{m: map[string]*raftlog.Log{}}
+
+// testRaftLog returns the shared Raft log in dir, opened once per test
+// (as a broker's stays open while its replicas close and reopen) and
+// closed after the test's replicas.
+func testRaftLog(t *testing.T, dir string) *raftlog.Log {
+	t.Helper()
+	testRaftLogs.Lock()
+	defer testRaftLogs.Unlock()
+	if l, ok := testRaftLogs.m[dir]; ok {
+		return l
+	}
+	l, err := raftlog.Open(dir, raftlog.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testRaftLogs.m[dir] = l
+	t.Cleanup(func() {
+		testRaftLogs.Lock()
+		delete(testRaftLogs.m, dir)
+		testRaftLogs.Unlock()
+		l.Close()
+	})
+	return l
 }
 
 func produceValues(t *testing.T, r *Replica, acks int, p storage.ProducerInfo, values ...string) (ProduceResult, error) {

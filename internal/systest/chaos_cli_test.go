@@ -46,52 +46,21 @@ func indexOf(s []string, v string) int {
 	return -1
 }
 
+// clusterUp starts a real `cluster up --demo` (startClusterUp) in a new
+// directory and returns the directory.
+func clusterUp(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	startClusterUp(t, dir)
+	return dir
+}
+
 // TestChaosCLI drives a real `cluster up` (with its links) through the
 // chaos commands: status, isolate --leader-of (a new leader is elected
 // elsewhere), heal, pause --for, kill, restart, start a producer under the
 // cluster, and a clear error for an unknown name.
 func TestChaosCLI(t *testing.T) {
-	dir := t.TempDir()
-	up := exec.Command(filepath.Join(binDir, "cluster"), "up", "--dir", dir, "--brokers", "3", "--demo")
-	for i := 0; i+1 < len(testcluster.FastBrokerArgs); i += 2 {
-		up.Args = append(up.Args, "--broker-arg="+testcluster.FastBrokerArgs[i]+"="+testcluster.FastBrokerArgs[i+1])
-	}
-	stdout, err := up.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { up.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		up.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			up.Process.Kill()
-			<-exited
-		}
-	})
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "control endpoint:") {
-				close(ready)
-				break
-			}
-		}
-		io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case <-ready:
-	case <-exited:
-		t.Fatal("cluster up exited before it was ready")
-	case <-time.After(60 * time.Second):
-		t.Fatal("cluster up not ready after 60s")
-	}
+	dir := clusterUp(t)
 
 	code, out := chaosCmd(t, dir, "status")
 	if code != 0 || !strings.Contains(out, "broker-3") || !strings.Contains(out, "6 links, all healthy") {
@@ -164,4 +133,53 @@ func TestChaosCLI(t *testing.T) {
 	if code, out = chaosCmd(t, dir, "kill", "broker-9"); code != 2 || !strings.Contains(out, `no process "broker-9"`) {
 		t.Fatalf("unknown name: %d %s", code, out)
 	}
+}
+
+// startClusterUp starts `cluster up --brokers 3 --demo` on dir with the
+// fast timings (and extra flags), waits until it prints its control
+// endpoint, and stops it with SIGINT (Ctrl-C) at the end of the test. The
+// channel is closed once it has exited.
+func startClusterUp(t *testing.T, dir string, extra ...string) <-chan struct{} {
+	t.Helper()
+	up := exec.Command(filepath.Join(binDir, "cluster"), append([]string{"up", "--dir", dir, "--brokers", "3", "--demo"}, extra...)...)
+	for i := 0; i+1 < len(testcluster.FastBrokerArgs); i += 2 {
+		up.Args = append(up.Args, "--broker-arg="+testcluster.FastBrokerArgs[i]+"="+testcluster.FastBrokerArgs[i+1])
+	}
+	stdout, err := up.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { up.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		up.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			up.Process.Kill()
+			<-exited
+		}
+	})
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "control endpoint:") {
+				close(ready)
+				break
+			}
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case <-ready:
+	case <-exited:
+		t.Fatal("cluster up exited before it was ready")
+	case <-time.After(60 * time.Second):
+		t.Fatal("cluster up not ready after 60s")
+	}
+	return exited
 }

@@ -3,6 +3,8 @@ package systest
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +21,7 @@ import (
 // A process crash keeps the page cache, so this proves that no broker
 // answers before its Raft log store has written what it acknowledges (and
 // that restart recovers it); that the write was also fsynced is shown by
-// the log store's own tests.
+// the log store's own tests (internal/raftlog TestGroupCommit).
 func TestKillEveryBrokerKeepsAcknowledged(t *testing.T) {
 	e := start(t, 3)
 	const parts, writers, perBatch = 3, 2, 20
@@ -108,6 +110,24 @@ func TestKillEveryBrokerKeepsAcknowledged(t *testing.T) {
 		}
 		if lost > 0 {
 			t.Errorf("partition %d: %d acknowledged records not where their answers put them (of %d batches)", p, lost, len(acked[p]))
+		}
+	}
+	// The Raft logs these records went through are the broker's shared
+	// log (the default, --raft-log wal): each partition keeps only its
+	// term and vote in stable.db, no raft.db.
+	dataDirs := map[string]string{}
+	for _, b := range e.Brokers() {
+		dataDirs[b.Name] = b.DataDir
+	}
+	for b, dirs := range partitionDirs(t, e, "crash") {
+		for _, d := range dirs {
+			dir := filepath.Join(dataDirs[b], "partitions", d)
+			if _, err := os.Stat(filepath.Join(dir, "stable.db")); err != nil {
+				t.Errorf("%s: %v", dir, err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "raft.db")); err == nil {
+				t.Errorf("%s has a raft.db: its Raft log is not in the shared log", dir)
+			}
 		}
 	}
 }

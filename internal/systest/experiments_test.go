@@ -13,14 +13,20 @@ import (
 // its default seed.
 func runExperiment(t *testing.T, name string, d time.Duration) *experiment.Outcome {
 	t.Helper()
+	return runExperimentIn(t, name, d, filepath.Join(t.TempDir(), name), false)
+}
+
+// runExperimentIn runs it with its output in out, on hosts of their own
+// when onHosts (experiment.Options.Netns).
+func runExperimentIn(t *testing.T, name string, d time.Duration, out string, onHosts bool) *experiment.Outcome {
+	t.Helper()
 	x, ok := experiment.Lookup(name)
 	if !ok {
 		t.Fatalf("no experiment %s", name)
 	}
-	out := filepath.Join(t.TempDir(), name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	o, err := experiment.Run(ctx, x, experiment.Options{Seed: 1, Duration: d, Out: out, Stdout: testWriter{t},
+	o, err := experiment.Run(ctx, x, experiment.Options{Seed: 1, Duration: d, Out: out, Stdout: testWriter{t}, Netns: onHosts,
 		Bins: experiment.Binaries{Brokerd: filepath.Join(binDir, "brokerd"), Producerd: filepath.Join(binDir, "producerd"), Consumerd: filepath.Join(binDir, "consumerd")}})
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)

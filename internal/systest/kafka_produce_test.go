@@ -476,17 +476,17 @@ func TestKafkaProduceRefusesBadBatches(t *testing.T) {
 		return req
 	}
 	md := kmsg.NewPtrMetadataRequest()
-	md.Version = 12
-	br := bufio.NewReader(c)
-	c.Write(kafkaFrame(produce0(kafkaBatch(t, 0)), 1))
-	c.Write(kafkaFrame(md, 2))
-	if _, err := readKafkaAnswer(br, md, 2); err != nil {
+	mdResp := kmsg.NewPtrMetadataResponse()
+	mdResp.Version = 12
+	writeKafka(c, produce0(kafkaBatch(t, 0)), 9, 1)
+	writeKafka(c, md, 12, 2)
+	if err := readKafka(c, mdResp, 2, true); err != nil {
 		t.Fatalf("the answer after an acks=0 Produce: %v", err)
 	}
-	c.Write(kafkaFrame(produce0(wrongCRC), 3))
-	c.Write(kafkaFrame(md, 4))
-	if resp, err := readKafkaAnswer(br, md, 4); err == nil {
-		t.Fatalf("a refused acks=0 Produce left the connection open: %+v", resp)
+	writeKafka(c, produce0(wrongCRC), 9, 3)
+	writeKafka(c, md, 12, 4)
+	if err := readKafka(c, mdResp, 4, true); err == nil {
+		t.Fatalf("a refused acks=0 Produce left the connection open: %+v", mdResp)
 	}
 	eventually.True(t, 20*time.Second, "the acks=0 record in the log", func() bool { return len(e.ReadAll("bad", 0)) == 2 })
 }

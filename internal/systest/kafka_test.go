@@ -1,11 +1,8 @@
 package systest
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
 	"slices"
 	"sort"
@@ -60,7 +57,7 @@ func TestKafkaMetadataMatchesTheBrokers(t *testing.T) {
 		bv.EachKeySorted(func(key, min, max int16) {
 			keys = append(keys, fmt.Sprintf("%s v%d-v%d", kmsg.NameForKey(key), min, max))
 		})
-		if want := []string{"Produce v0-v11", "Metadata v0-v12", "ApiVersions v0-v4", "InitProducerID v0-v4"}; !slices.Equal(keys, want) {
+		if want := []string{"Produce v0-v11", "ListOffsets v1-v6", "Metadata v0-v12", "ApiVersions v0-v4", "CreateTopics v2-v7", "DeleteTopics v1-v5", "DeleteRecords v0-v2", "InitProducerID v0-v4", "DescribeConfigs v1-v4"}; !slices.Equal(keys, want) {
 			t.Fatalf("broker %d advertises %v, want %v", bv.NodeID, keys, want)
 		}
 	}
@@ -277,50 +274,14 @@ func rawKafka(addr string, req kmsg.Request) (kmsg.Response, error) {
 		return nil, err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
 	const corr = 7
-	if _, err := c.Write(kafkaFrame(req, corr)); err != nil {
+	if err := writeKafka(c, req, req.GetVersion(), corr); err != nil {
 		return nil, err
-	}
-	return readKafkaAnswer(bufio.NewReader(c), req, corr)
-}
-
-// kafkaFrame is req as a client frames it, with correlation id corr.
-func kafkaFrame(req kmsg.Request, corr int32) []byte {
-	body := binary.BigEndian.AppendUint16(nil, uint16(req.Key()))
-	body = binary.BigEndian.AppendUint16(body, uint16(req.GetVersion()))
-	body = binary.BigEndian.AppendUint32(body, uint32(corr))
-	body = binary.BigEndian.AppendUint16(body, uint16(len("systest")))
-	body = append(body, "systest"...)
-	if req.IsFlexible() {
-		body = append(body, 0) // no tagged fields
-	}
-	body = req.AppendTo(body)
-	return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
-}
-
-// readKafkaAnswer reads the answer to req, which must carry correlation id
-// corr.
-func readKafkaAnswer(br *bufio.Reader, req kmsg.Request, corr int32) (kmsg.Response, error) {
-	var size [4]byte
-	if _, err := io.ReadFull(br, size[:]); err != nil {
-		return nil, fmt.Errorf("read answer (closed: broker not serving?): %w", err)
-	}
-	buf := make([]byte, binary.BigEndian.Uint32(size[:]))
-	if _, err := io.ReadFull(br, buf); err != nil {
-		return nil, err
-	}
-	if got := int32(binary.BigEndian.Uint32(buf)); got != corr {
-		return nil, fmt.Errorf("correlation id %d, want %d", got, corr)
-	}
-	buf = buf[4:]
-	if req.IsFlexible() && req.Key() != kmsg.ApiVersions.Int16() {
-		buf = buf[1:] // empty tagged fields
 	}
 	resp := req.ResponseKind()
 	resp.SetVersion(req.GetVersion())
-	if err := resp.ReadFrom(buf); err != nil {
-		return nil, fmt.Errorf("decode %s v%d answer: %w", kmsg.NameForKey(req.Key()), req.GetVersion(), err)
+	if err := readKafka(c, resp, corr, req.IsFlexible()); err != nil {
+		return nil, fmt.Errorf("%s v%d answer (closed: broker not serving?): %w", kmsg.NameForKey(req.Key()), req.GetVersion(), err)
 	}
 	return resp, nil
 }

@@ -13,6 +13,9 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == kafkaProbeArg {
+		os.Exit(kafkaProbe(os.Args[2:])) // the test binary as a Kafka client under the launcher
+	}
 	dir, cleanup, err := testcluster.Build()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "systest: %v\n", err)

@@ -443,6 +443,26 @@
     const cs = arr(s.consumers).map(obj).filter((c) => c.name !== undefined).sort((a, b) => byName(a.name, b.name));
     reconcile(box, cs, (c) => str(c.name), createConsumer, updateConsumer);
     placeholder(box, cs, 'No consumer yet. Start one above.');
+
+    // Kafka clients: what the launcher knows (no control endpoint to ask).
+    const kbox = $('#kafka-client-cards');
+    const ks = arr(s.kafkaClients).map(obj).filter((k) => k.name !== undefined).sort((a, b) => byName(a.name, b.name));
+    reconcile(kbox, ks, (k) => str(k.name), (k) => el('div', { class: 'card kafka-client-card', dataset: { kafkaClient: str(k.name) } },
+      el('div', { class: 'card-head' }, el('b', { class: 'name', text: str(k.name) }), el('span', { class: 'state' })),
+      el('div', { class: 'settings muted' }), el('ul', { class: 'links' })), (node, k) => {
+      const state = str(k.state, 'unknown');
+      setData(node, 'state', state);
+      const st = $('.state', node);
+      setText(st, state);
+      setData(st, 'state', state);
+      setText($('.settings', node), [isNum(k.pid) && k.pid > 0 ? 'pid ' + k.pid : null, str(k.command), k.lastExit ? str(k.lastExit) : null].filter(Boolean).join(' · '));
+      reconcile($('.links', node), arr(k.links).map(obj), (l) => str(l.broker), () => el('li'), (li, l) => {
+        setData(li, 'mode', str(l.mode));
+        setText(li, str(l.broker) + ': ' + str(l.mode) + (num(l.delayMs) || num(l.jitterMs) ? ' +' + num(l.delayMs) + '±' + num(l.jitterMs) + ' ms' : '') +
+          ' · ' + fmt(l.connections) + ' open · ' + fmt(l.requests) + ' requests, ' + fmt(l.responses) + ' answers delivered');
+      });
+    });
+    placeholder(kbox, ks, 'None. Any Kafka client started with chaos start NAME -- CMD ARGS shows here.');
   }
   function partitionsText(ps) {
     const list = arr(ps).map((p) => (typeof p === 'object' && p !== null ? num(p.partition, -1) : num(p, -1))).filter((p) => p >= 0);

@@ -66,7 +66,7 @@ func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
 type ProcessInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// "broker", "producer" or "consumer".
+	// "broker", "producer", "consumer" or "kafka" (a Kafka client).
 	Kind     string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	BrokerId int32  `protobuf:"varint,3,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
 	// 0 when not running.
@@ -800,9 +800,13 @@ func (x *StartProcessResponse) GetProcess() *ProcessInfo {
 type StartProcessRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// "producer" or "consumer".
+	// "producer" or "consumer" (producerd, consumerd), or "kafka": any Kafka
+	// client program.
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	// Flags for producerd / consumerd; the launcher adds --dir.
+	// Flags for producerd / consumerd; the launcher adds --dir. For "kafka",
+	// the program (an absolute path) then its arguments, in which
+	// "{kafka-bootstrap}" is replaced by the client's bootstrap servers (also
+	// in $KAFKA_BOOTSTRAP).
 	Args          []string `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -54,8 +54,8 @@ type ClusterControlServiceClient interface {
 	RestartProcess(ctx context.Context, in *RestartProcessRequest, opts ...grpc.CallOption) (*RestartProcessResponse, error)
 	// StopProcess sends SIGTERM (SIGKILL after the stop timeout).
 	StopProcess(ctx context.Context, in *StopProcessRequest, opts ...grpc.CallOption) (*StopProcessResponse, error)
-	// StartProcess starts a producerd or consumerd supervised by the
-	// launcher, reaching every broker through links of its own.
+	// StartProcess starts a producerd, consumerd or Kafka client supervised
+	// by the launcher, reaching every broker through links of its own.
 	StartProcess(ctx context.Context, in *StartProcessRequest, opts ...grpc.CallOption) (*StartProcessResponse, error)
 	// SetLinks changes links: each names an ordered pair (connections opened
 	// by `from` to broker `to`) and what it does to the bytes.
@@ -180,8 +180,8 @@ type ClusterControlServiceServer interface {
 	RestartProcess(context.Context, *RestartProcessRequest) (*RestartProcessResponse, error)
 	// StopProcess sends SIGTERM (SIGKILL after the stop timeout).
 	StopProcess(context.Context, *StopProcessRequest) (*StopProcessResponse, error)
-	// StartProcess starts a producerd or consumerd supervised by the
-	// launcher, reaching every broker through links of its own.
+	// StartProcess starts a producerd, consumerd or Kafka client supervised
+	// by the launcher, reaching every broker through links of its own.
 	StartProcess(context.Context, *StartProcessRequest) (*StartProcessResponse, error)
 	// SetLinks changes links: each names an ordered pair (connections opened
 	// by `from` to broker `to`) and what it does to the bytes.
