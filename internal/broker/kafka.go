@@ -20,9 +20,9 @@ import (
 // Kafka's wire protocol on this broker (issue 10): ServeKafka serves
 // kafkawire with the APIs that are fully served, nothing else, so that
 // ApiVersions advertises exactly those and clients fall back or fail cleanly
-// for the rest. Today: ApiVersions (kafkawire's own) and Metadata. Produce
-// and Fetch wait for stored Kafka batches (ARCHITECTURE.md "Kafka's wire
-// protocol").
+// for the rest: ApiVersions (kafkawire's own), Metadata, and what each
+// registerKafka* call in ServeKafka adds, in its own file (ARCHITECTURE.md
+// "Kafka's wire protocol").
 
 // Metadata versions served: v0-v12 (v13 only adds a top-level error code).
 const (
