@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"hash/fnv"
+	"math"
 	"sync"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 	"github.com/tapes-dev/tapes/internal/replication"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
@@ -401,9 +403,18 @@ func (a *api) Produce(ctx context.Context, req *tapesv1.ProduceRequest) (resp *t
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	batch := storage.EncodeBatch(recs)
+	// A Kafka record batch (storage format version 3), as a Kafka producer
+	// would send it, so that Kafka consumers read what gRPC producers wrote.
+	p := recordbatch.NoProducer
 	if req.ProducerId > 0 {
-		batch = storage.EncodeProducerBatch(storage.ProducerInfo{ID: req.ProducerId, Epoch: req.ProducerEpoch, BaseSequence: req.BaseSequence}, recs)
+		if req.ProducerEpoch < 0 || req.ProducerEpoch > math.MaxInt16 {
+			return nil, kerr.ToStatus(kerr.New(kerr.InvalidProducerEpoch, "producer %d epoch %d: a Kafka producer epoch is 0..%d", req.ProducerId, req.ProducerEpoch, math.MaxInt16))
+		}
+		p = recordbatch.Producer{ID: req.ProducerId, Epoch: int16(req.ProducerEpoch), BaseSequence: req.BaseSequence}
+	}
+	batch, err := storage.WrapKafka(recordbatch.Encode(p, recs))
+	if err != nil {
+		return nil, kerr.ToStatus(kerr.New(kerr.InvalidRecord, "%v", err))
 	}
 	res, err := r.Produce(ctx, int(req.Acks), batch)
 	if err != nil {
@@ -481,12 +492,22 @@ func (a *api) DeleteRecords(ctx context.Context, req *tapesv1.DeleteRecordsReque
 // InitProducerId allocates a producer id through the controller quorum, so
 // ids are unique across the cluster and survive every failover.
 func (a *api) InitProducerId(ctx context.Context, _ *tapesv1.InitProducerIdRequest) (*tapesv1.InitProducerIdResponse, error) {
-	res, err := a.b.propose(ctx, &metadata.Command{Op: metadata.OpAllocProducerID})
+	id, err := a.b.allocProducerID(ctx)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	return &tapesv1.InitProducerIdResponse{ProducerId: id, ProducerEpoch: 0}, nil
+}
+
+// allocProducerID allocates a producer id through the controller quorum
+// (gRPC's and Kafka's InitProducerId). It blocks for the round trip.
+func (b *Broker) allocProducerID(ctx context.Context) (int64, error) {
+	res, err := b.propose(ctx, &metadata.Command{Op: metadata.OpAllocProducerID})
 	if err == nil {
 		err = res.Err()
 	}
 	if err != nil {
-		return nil, kerr.ToStatus(err)
+		return 0, err
 	}
-	return &tapesv1.InitProducerIdResponse{ProducerId: res.ProducerID, ProducerEpoch: 0}, nil
+	return res.ProducerID, nil
 }

@@ -20,10 +20,9 @@ import (
 // Kafka's wire protocol on this broker (issue 10): ServeKafka serves
 // kafkawire with the APIs that are fully served, nothing else, so that
 // ApiVersions advertises exactly those and clients fall back or fail cleanly
-// for the rest. Today: ApiVersions (kafkawire's own), Metadata, Fetch
-// (kafka_fetch.go) and the admin APIs with ListOffsets (kafka_admin.go,
-// kafka_listoffsets.go). Produce waits for stored Kafka batches
-// (ARCHITECTURE.md "Kafka's wire protocol").
+// for the rest: ApiVersions (kafkawire's own), Metadata, and what each
+// registerKafka* call in ServeKafka adds, in its own file (ARCHITECTURE.md
+// "Kafka's wire protocol").
 
 // Metadata versions served: v0-v12 (v13 only adds a top-level error code).
 const (
@@ -57,6 +56,7 @@ func (b *Broker) ServeKafka(lis net.Listener) error {
 	srv.Register(kmsg.Metadata.Int16(), kafkaMetadataMin, kafkaMetadataMax, b.kafkaMetadata)
 	b.registerKafkaGroups(srv)
 	b.registerKafkaFetch(srv)
+	b.registerKafkaProduce(srv)
 	b.registerKafkaAdmin(srv)
 	b.kafka = srv
 	b.mu.Unlock()

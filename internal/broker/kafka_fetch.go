@@ -298,17 +298,15 @@ func fetchLeaderEpoch(p *fetchPart, res replication.BatchFetch, err error) error
 
 // appendKafkaBatches appends bs as Kafka record batches while their sizes
 // in total stay within limit (the first however large when minOne). A
-// stored batch converted is larger than as stored (Kafka's 61-byte header,
-// an attributes byte per record), so the storage read, bounded by stored
-// sizes, returns at least the batches that fit here.
+// stored batch of version 1 or 2 converted is larger than as stored (Kafka's
+// 61-byte header, an attributes byte per record), so the storage read,
+// bounded by stored sizes, returns at least the batches that fit here.
 func appendKafkaBatches(dst []byte, bs []storage.StoredBatch, limit int, minOne bool) ([]byte, error) {
 	start := len(dst)
 	for i, sb := range bs {
 		before := len(dst)
-		// MERGE POINT (kdata): a batch stored verbatim as Kafka's (storage
-		// batch version 3) passes through here unchanged, before AppendKafka:
-		//	if kb, ok := sb.Batch.Kafka(); ok { dst = append(dst, kb...) } else { AppendKafka as below }
-		// with the size check after it as for a converted batch.
+		// A batch stored as Kafka's (storage version 3) goes out verbatim,
+		// the producer's bytes; versions 1 and 2 are converted.
 		var err error
 		if dst, err = sb.Batch.AppendKafka(dst, sb.BaseOffset); err != nil {
 			if i > 0 {

@@ -2,8 +2,8 @@
 // that reads size-prefixed request frames, decodes request headers (v1, and
 // v2 with tagged fields) and bodies through franz-go's kmsg, negotiates
 // versions (ApiVersions, KIP-511), calls the handler registered for each API
-// key and writes the responses back in request order. It also validates
-// record batches as Kafka producers send them (ValidateBatch).
+// key and writes the responses back in request order. Record batches are
+// internal/recordbatch's.
 //
 // The package knows nothing of partitions or groups: the broker registers one
 // HandlerFunc per API key it serves (Server.Register), and ApiVersions

@@ -1,11 +1,14 @@
 package kafkawire
 
 import (
+	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"strconv"
 	"testing"
+
+	fkerr "github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
@@ -63,5 +66,19 @@ func TestEveryTapesErrorHasAKafkaCode(t *testing.T) {
 	}
 	if len(kafkaCodes) != len(names) {
 		t.Errorf("kafkaCodes has %d entries, kerr.go %d codes", len(kafkaCodes), len(names))
+	}
+}
+func TestErrorCodeOfOtherErrors(t *testing.T) {
+	if got := ErrorCode(nil); got != 0 {
+		t.Fatalf("nil: %d", got)
+	}
+	if got := ErrorCode(fkerr.NotCoordinator); got != fkerr.NotCoordinator.Code {
+		t.Fatalf("franz-go error: %d", got)
+	}
+	if got := ErrorCode(bytes.ErrTooLarge); got != fkerr.UnknownServerError.Code {
+		t.Fatalf("plain error: %d", got)
+	}
+	if got := ErrorCode(kerr.New("NOT_A_KAFKA_NAME", "x")); got != fkerr.UnknownServerError.Code {
+		t.Fatalf("unknown name: %d", got)
 	}
 }

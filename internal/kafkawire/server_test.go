@@ -17,6 +17,8 @@ import (
 	fkerr "github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 )
 
 // ioTimeout bounds every read and write of the raw-socket tests: generous, as
@@ -319,7 +321,7 @@ func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
 }
 
 // produceHandler validates each partition's batch; acks=0 gets no response.
-func produceHandler(batches chan<- BatchInfo) HandlerFunc {
+func produceHandler(batches chan<- recordbatch.Info) HandlerFunc {
 	return func(_ context.Context, r *Request) Reply {
 		req := r.Msg.(*kmsg.ProduceRequest)
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
@@ -329,7 +331,7 @@ func produceHandler(batches chan<- BatchInfo) HandlerFunc {
 			for _, p := range topic.Partitions {
 				rp := kmsg.NewProduceResponseTopicPartition()
 				rp.Partition = p.Partition
-				info, err := ValidateBatch(p.Records, req.Version)
+				info, err := recordbatch.Validate(p.Records, req.Version)
 				rp.ErrorCode = ErrorCode(err)
 				if err == nil {
 					batches <- info
@@ -361,13 +363,13 @@ func produceRequest(acks int16, batch []byte) *kmsg.ProduceRequest {
 // not answered; the Metadata after it is answered next, and a Produce with
 // acks=1 after that is answered with its error code.
 func TestAcksZeroProduceGetsNoResponse(t *testing.T) {
-	batches := make(chan BatchInfo, 4)
+	batches := make(chan recordbatch.Info, 4)
 	ts := startServer(t, Config{}, func(ts *testServer) {
 		ts.Register(0, 3, 11, produceHandler(batches))
 		ts.Register(3, 0, 12, newFixedMetadata(t, ts.addr).handle)
 	})
 	c := dial(t, ts.addr)
-	batch := buildBatch(encodeRecords(testRecords(2)), 2, 0, nil)
+	batch := recordbatch.Encode(recordbatch.NoProducer, []recordbatch.Record{{Key: []byte("a"), Value: []byte("1")}, {Value: []byte("2")}})
 	c.write(frame(produceRequest(0, batch), 9, 1))
 	c.write(frame(metadataFor("t"), 12, 2))
 	bad := bytes.Clone(batch)
@@ -398,16 +400,16 @@ func TestKgoProducesEveryCodec(t *testing.T) {
 	for _, codec := range []struct {
 		name string
 		c    kgo.CompressionCodec
-		want Codec
+		want recordbatch.Codec
 	}{
-		{"none", kgo.NoCompression(), CodecNone},
-		{"gzip", kgo.GzipCompression(), CodecGzip},
-		{"snappy", kgo.SnappyCompression(), CodecSnappy},
-		{"lz4", kgo.Lz4Compression(), CodecLz4},
-		{"zstd", kgo.ZstdCompression(), CodecZstd},
+		{"none", kgo.NoCompression(), recordbatch.CodecNone},
+		{"gzip", kgo.GzipCompression(), recordbatch.CodecGzip},
+		{"snappy", kgo.SnappyCompression(), recordbatch.CodecSnappy},
+		{"lz4", kgo.Lz4Compression(), recordbatch.CodecLz4},
+		{"zstd", kgo.ZstdCompression(), recordbatch.CodecZstd},
 	} {
 		t.Run(codec.name, func(t *testing.T) {
-			batches := make(chan BatchInfo, 16)
+			batches := make(chan recordbatch.Info, 16)
 			ts := startServer(t, Config{}, func(ts *testServer) {
 				ts.Register(0, 3, 11, produceHandler(batches))
 				ts.Register(3, 0, 12, newFixedMetadata(t, ts.addr).handle)

@@ -13,6 +13,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/client"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
 
@@ -257,7 +258,7 @@ func (c *fakeCluster) appendLocked(req *tapesv1.ProduceRequest) (*tapesv1.Produc
 			recs[i].Headers = append(recs[i].Headers, storage.Header{Key: h.Key, Value: h.Value})
 		}
 	}
-	size := len(storage.EncodeBatch(recs))
+	size := len(recordbatch.Encode(recordbatch.NoProducer, recs)) // as the broker stores it
 	c.sizes[p] = append(c.sizes[p], size)
 	if size > c.maxMsg {
 		return nil, kerr.New(kerr.RecordTooLarge, "batch of %d bytes exceeds max.message.bytes=%d", size, c.maxMsg)

@@ -17,6 +17,7 @@ import (
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/partitioner"
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
 
@@ -240,7 +241,7 @@ func TestBatchSizeEstimateIsExact(t *testing.T) {
 			}
 			recs = append(recs, r)
 		}
-		if got := len(storage.EncodeProducerBatch(storage.ProducerInfo{ID: 5, Epoch: 1, BaseSequence: 9}, recs)); got != size {
+		if got := len(recordbatch.Encode(recordbatch.Producer{ID: 5, Epoch: 1, BaseSequence: 9}, recs)); got != size {
 			t.Fatalf("trial %d: estimated %d bytes, encoded %d", trial, size, got)
 		}
 	}

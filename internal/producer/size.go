@@ -2,15 +2,17 @@ package producer
 
 import tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 
-// batchOverhead is the fixed header of an encoded batch (storage's batch
-// format, version 2): what max.message.bytes counts besides the records.
-const batchOverhead = 45
+// batchOverhead is the fixed header of an encoded batch: the broker stores
+// what gRPC producers send as Kafka record batches v2 (recordbatch.Encode),
+// and max.message.bytes counts that batch, its 61-byte header
+// (recordbatch.HeaderSize) and the records.
+const batchOverhead = 61
 
 // encodedSize is the size of r inside an encoded batch, as record offsetDelta
-// with timestampDelta to the batch's first record (Kafka's record format v2,
-// which storage uses: a length varint, then the record's fields).
+// with timestampDelta to the batch's first record (Kafka's record format v2:
+// a length varint, then the record's attributes byte and fields).
 func encodedSize(r *tapesv1.Record, offsetDelta, tsDelta int64) int {
-	body := varintSize(offsetDelta) + varintSize(tsDelta) + bytesSize(r.Key) + bytesSize(r.Value) +
+	body := 1 + varintSize(offsetDelta) + varintSize(tsDelta) + bytesSize(r.Key) + bytesSize(r.Value) +
 		varintSize(int64(len(r.Headers)))
 	for _, h := range r.Headers {
 		body += varintSize(int64(len(h.Key))) + len(h.Key) + bytesSize(h.Value)

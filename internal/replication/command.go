@@ -17,6 +17,8 @@ import (
 const (
 	cmdBatch        byte = 1
 	cmdDeleteBefore byte = 2
+
+	batchCmdHeader = 9 // kind and requestID: where a cmdBatch's batch begins
 )
 
 func encodeBatchCmd(requestID uint64, b storage.Batch) []byte {

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -79,7 +80,16 @@ func (r *Replica) readyTerm() (uint64, error) {
 	return term, nil
 }
 
-// Produce appends one batch. The batch must have passed Validate.
+// LeaderEpoch is a Raft term as Kafka's int32 leader epoch, capped at
+// MaxInt32 so that it never goes backwards; what a Kafka batch appended in
+// that term carries as its partitionLeaderEpoch.
+func LeaderEpoch(term uint64) int32 {
+	return int32(min(term, math.MaxInt32))
+}
+
+// Produce appends one batch. The batch must have passed Validate (and a
+// Kafka batch, storage format version 3, recordbatch.Validate: the FSM
+// checks its CRCs only). b is not modified.
 //
 //   - acks=0: answered once Raft accepted the entry for replication.
 //   - acks=1: answered when the entry is in the leader's own Raft log,
@@ -90,39 +100,69 @@ func (r *Replica) readyTerm() (uint64, error) {
 //     ISR (the leader counts) store it (awaitCopies);
 //     NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the
 //     minimum first.
+//
+// Produce is Propose followed by its wait.
 func (r *Replica) Produce(ctx context.Context, acks int, b storage.Batch) (ProduceResult, error) {
-	term, err := r.readyTerm()
+	wait, err := r.Propose(ctx, acks, b)
 	if err != nil {
 		return ProduceResult{}, err
 	}
+	return wait(ctx)
+}
+
+// ProduceWait waits for the outcome of a proposed batch (Propose) as acks
+// says, until ctx is done (REQUEST_TIMED_OUT). It is called exactly once.
+type ProduceWait func(ctx context.Context) (ProduceResult, error)
+
+// Propose does the part of Produce that decides the batch's place: the
+// checks (leadership, acks, max.message.bytes, min.insync.replicas), the
+// idempotent producer's turn, and handing the entry to Raft. It returns
+// without waiting for the entry to be stored or committed; the returned
+// ProduceWait does that. A caller that proposes batches one after another
+// from one goroutine (a Kafka connection's request goroutine) gets them
+// into the Raft log in that order, while the waits run concurrently. It
+// blocks only while Raft's queue is full (up to ctx's deadline, or a
+// second) or an idempotent batch waits for its predecessor (sequencerWait).
+func (r *Replica) Propose(ctx context.Context, acks int, b storage.Batch) (ProduceWait, error) {
+	term, err := r.readyTerm()
+	if err != nil {
+		return nil, err
+	}
 	if acks != AcksNone && acks != AcksLeader && acks != AcksAll {
-		return ProduceResult{}, kerr.New(kerr.InvalidRequiredAcks, "acks=%d: use 0, 1 or -1 (all)", acks)
+		return nil, kerr.New(kerr.InvalidRequiredAcks, "acks=%d: use 0, 1 or -1 (all)", acks)
 	}
 	if p := b.Producer(); p.ID >= 0 && acks != AcksAll { // Kafka's rule
-		return ProduceResult{}, kerr.New(kerr.InvalidRequiredAcks, "acks=%d with producer id %d: an idempotent producer needs acks=-1 (all), as in Kafka", acks, p.ID)
+		return nil, kerr.New(kerr.InvalidRequiredAcks, "acks=%d with producer id %d: an idempotent producer needs acks=-1 (all), as in Kafka", acks, p.ID)
 	}
-	if int64(len(b)) > r.cfg.TopicConfig.MaxMessageBytes {
-		return ProduceResult{}, kerr.New(kerr.RecordTooLarge, "batch of %d bytes exceeds max.message.bytes=%d of topic %s", len(b), r.cfg.TopicConfig.MaxMessageBytes, r.cfg.Topic)
+	// max.message.bytes applies to the batch as sent: a Kafka batch's own
+	// bytes, without the storage format's five.
+	size := len(b)
+	if kb, ok := b.Kafka(); ok {
+		size = len(kb)
+	}
+	if int64(size) > r.cfg.TopicConfig.MaxMessageBytes {
+		return nil, kerr.New(kerr.RecordTooLarge, "batch of %d bytes exceeds max.message.bytes=%d of topic %s", size, r.cfg.TopicConfig.MaxMessageBytes, r.cfg.Topic)
 	}
 	minISR := r.cfg.TopicConfig.MinInsyncReplicas
 	if acks == AcksAll {
 		if isr := r.ISR(); len(isr) < minISR {
-			return ProduceResult{}, kerr.New(kerr.NotEnoughReplicas, "%s-%d has ISR %s (%d), min.insync.replicas=%d", r.cfg.Topic, r.cfg.Partition, metadata.JoinIDs(isr), len(isr), minISR)
+			return nil, kerr.New(kerr.NotEnoughReplicas, "%s-%d has ISR %s (%d), min.insync.replicas=%d", r.cfg.Topic, r.cfg.Partition, metadata.JoinIDs(isr), len(isr), minISR)
 		}
 	}
 	var id uint64
 	var stored chan int64
+	forget := func() {}
 	if acks == AcksLeader {
 		id = nextRequestID.Add(1)
 		stored = make(chan int64, 1)
 		r.lead.mu.Lock()
 		r.lead.waiters[id] = stored
 		r.lead.mu.Unlock()
-		defer func() {
+		forget = func() {
 			r.lead.mu.Lock()
 			delete(r.lead.waiters, id)
 			r.lead.mu.Unlock()
-		}()
+		}
 	}
 	enqueue := time.Second
 	if d, ok := ctx.Deadline(); ok {
@@ -132,11 +172,23 @@ func (r *Replica) Produce(ctx context.Context, acks int, b storage.Batch) (Produ
 	if p.ID >= 0 {
 		r.seq.waitTurn(ctx, term, p, r.fsm.producers.position)
 	}
-	future := r.raft.Apply(encodeBatchCmd(id, b), enqueue)
+	cmd := encodeBatchCmd(id, b)
+	// A Kafka batch carries the leader epoch it was appended in: set here,
+	// on the entry's own copy, so that every replica stores the same bytes.
+	storage.Batch(cmd[batchCmdHeader:]).SetLeaderEpoch(LeaderEpoch(term))
+	future := r.raft.Apply(cmd, enqueue)
 	if p.ID >= 0 {
 		r.seq.proposed(term, p, b.Count())
 	}
 	res := ProduceResult{BaseOffset: -1, LogStart: r.log.StartOffset(), Epoch: int64(term)}
+	return func(ctx context.Context) (ProduceResult, error) {
+		defer forget()
+		return r.await(ctx, acks, term, minISR, future, stored, res)
+	}, nil
+}
+
+// await is a ProduceWait: the outcome of the proposed entry future.
+func (r *Replica) await(ctx context.Context, acks int, term uint64, minISR int, future raft.ApplyFuture, stored chan int64, res ProduceResult) (ProduceResult, error) {
 	switch acks {
 	case AcksNone:
 		return res, nil

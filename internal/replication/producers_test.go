@@ -7,21 +7,52 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
 
 func producerEntryLog(index uint64, p storage.ProducerInfo, n int) *raft.Log {
+	return batchEntryOf(index, p, n, false)
+}
+
+// batchEntryOf is the Raft entry of a batch of n records from p: a Kafka
+// record batch (storage format version 3) when kafka, else version 2.
+func batchEntryOf(index uint64, p storage.ProducerInfo, n int, kafka bool) *raft.Log {
 	recs := make([]storage.Record, n)
 	for i := range recs {
 		recs[i] = storage.Record{Timestamp: 1, Value: []byte(fmt.Sprintf("p%d-s%d", p.ID, int(p.BaseSequence)+i))}
 	}
-	return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: encodeBatchCmd(0, storage.EncodeProducerBatch(p, recs))}
+	b := storage.EncodeProducerBatch(p, recs)
+	if kafka {
+		var err error
+		b, err = storage.WrapKafka(recordbatch.Encode(recordbatch.Producer{ID: p.ID, Epoch: int16(p.Epoch), BaseSequence: p.BaseSequence}, recs))
+		if err != nil {
+			panic(err)
+		}
+	}
+	return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: encodeBatchCmd(0, b)}
 }
 
 // TestIdempotentProducerState: duplicates are answered with the original
 // offset and not appended; gaps and stale epochs are refused; the state
 // rebuilt from the log after a restart decides exactly as the live one.
+// The same for tapes' own batches, Kafka batches, and a producer whose
+// batches alternate between the two (one replicated state for both front
+// ends).
 func TestIdempotentProducerState(t *testing.T) {
+	for _, format := range []struct {
+		name  string
+		kafka func(index uint64) bool
+	}{
+		{"tapes batches", func(uint64) bool { return false }},
+		{"Kafka batches", func(uint64) bool { return true }},
+		{"alternating", func(i uint64) bool { return i%2 == 0 }},
+	} {
+		t.Run(format.name, func(t *testing.T) { testIdempotentProducerState(t, format.kafka) })
+	}
+}
+
+func testIdempotentProducerState(t *testing.T, kafka func(index uint64) bool) {
 	dir := t.TempDir()
 	l, err := storage.Open(dir, storage.Config{SegmentBytes: 1024}, quietLogger())
 	if err != nil {
@@ -34,7 +65,7 @@ func TestIdempotentProducerState(t *testing.T) {
 	idx := uint64(0)
 	apply := func(f *fsm, p storage.ProducerInfo, n int) applyResult {
 		idx++
-		return f.Apply(producerEntryLog(idx, p, n)).(applyResult)
+		return f.Apply(batchEntryOf(idx, p, n, kafka(idx))).(applyResult)
 	}
 	pid := int64(1000)
 	seq := int32(0)

@@ -37,6 +37,11 @@ package storage
 // replayed, snapshot streams) and its batches report NoProducer. EncodeBatch
 // and EncodeProducerBatch always write version 2.
 //
+// Version 3 is a Kafka record batch v2 stored verbatim behind a crc and the
+// version byte (kafka.go, WrapKafka): what Kafka producers send and what
+// the broker's gRPC Produce now writes (recordbatch.Encode). Every method
+// of Batch reads all three versions.
+//
 // A varint is a zig-zag signed varint (encoding/binary's PutVarint). A batch
 // carries no base offset: the log assigns it on append.
 
@@ -45,22 +50,18 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 )
 
-// Header is one record header.
-type Header struct {
-	Key   string
-	Value []byte // nil is a null value, distinct from an empty one
-}
+// Header is one record header: recordbatch's (Kafka's record format), so
+// that records decoded from either batch format are the same values.
+type Header = recordbatch.Header
 
-// Record is one record of a partition.
-type Record struct {
-	Offset    int64 // assigned by the log; ignored by EncodeBatch
-	Timestamp int64 // milliseconds since the Unix epoch
-	Key       []byte
-	Value     []byte
-	Headers   []Header
-}
+// Record is one record of a partition. Offset is assigned by the log and
+// ignored by EncodeBatch; Timestamp is in milliseconds since the Unix epoch;
+// a nil Key or Value is null, distinct from an empty one.
+type Record = recordbatch.Record
 
 // Batch is an encoded record batch without its base offset and Raft index:
 // what one producer request becomes, and what one Raft log entry carries.
@@ -93,8 +94,9 @@ func (p ProducerInfo) LastSequence(count int) int32 {
 }
 
 const (
-	batchVersionV1 = 1 // without producer fields; still read
-	batchVersion   = 2 // what EncodeBatch writes
+	batchVersionV1    = 1 // without producer fields; still read
+	batchVersion      = 2 // what EncodeBatch writes
+	batchVersionKafka = 3 // a Kafka record batch v2, verbatim (kafka.go)
 
 	batchCRCAt        = 0
 	batchVersionAt    = 4
@@ -106,7 +108,10 @@ const (
 	batchEpochAt      = 33
 	batchBaseSeqAt    = 37
 	batchHeaderCRCAt  = 41
-	batchHeaderSize   = 45 // version 2's header, the largest
+	batchHeaderSize   = 45 // version 2's header
+	// batchHeaderSizeKafka is version 3's header: crc, version and Kafka's
+	// 61-byte batch header, the largest of the three.
+	batchHeaderSizeKafka = batchVersionAt + 1 + recordbatch.HeaderSize
 
 	// minRecordSize is the smallest encoded record: six one-byte varints
 	// (length, offsetDelta, timestampDelta, keyLength, valueLength, headerCount).
@@ -137,7 +142,7 @@ func EncodeProducerBatch(p ProducerInfo, records []Record) Batch {
 		r := &records[i]
 		maxTs = max(maxTs, r.Timestamp)
 		body := recordBodySize(r, int64(i), r.Timestamp-first)
-		size += varintLen(int64(body)) + body
+		size += recordbatch.VarintLen(int64(body)) + body
 	}
 	b := make([]byte, batchHeaderSize, size)
 	b[batchVersionAt] = batchVersion
@@ -154,61 +159,25 @@ func EncodeProducerBatch(p ProducerInfo, records []Record) Batch {
 		b = binary.AppendVarint(b, int64(recordBodySize(r, int64(i), tsDelta)))
 		b = binary.AppendVarint(b, int64(i))
 		b = binary.AppendVarint(b, tsDelta)
-		b = appendNullable(b, r.Key)
-		b = appendNullable(b, r.Value)
-		b = binary.AppendVarint(b, int64(len(r.Headers)))
-		for _, h := range r.Headers {
-			b = binary.AppendVarint(b, int64(len(h.Key)))
-			b = append(b, h.Key...)
-			b = appendNullable(b, h.Value)
-		}
+		b = recordbatch.AppendPayload(b, r)
 	}
 	binary.BigEndian.PutUint32(b[batchCRCAt:], crc32.Checksum(b[batchVersionAt:], castagnoli))
 	return b
 }
 
+// recordBodySize is the size of a record after its length field: Kafka's
+// record without its attributes byte, the deltas in the other order.
 func recordBodySize(r *Record, offsetDelta, tsDelta int64) int {
-	n := varintLen(offsetDelta) + varintLen(tsDelta) + nullableLen(r.Key) + nullableLen(r.Value) +
-		varintLen(int64(len(r.Headers)))
-	for _, h := range r.Headers {
-		n += varintLen(int64(len(h.Key))) + len(h.Key) + nullableLen(h.Value)
-	}
-	return n
-}
-
-func appendNullable(b, v []byte) []byte {
-	if v == nil {
-		return binary.AppendVarint(b, -1)
-	}
-	b = binary.AppendVarint(b, int64(len(v)))
-	return append(b, v...)
-}
-
-func nullableLen(v []byte) int {
-	if v == nil {
-		return varintLen(-1)
-	}
-	return varintLen(int64(len(v))) + len(v)
-}
-
-// varintLen is the length of binary.AppendVarint(nil, x).
-func varintLen(x int64) int {
-	ux := uint64(x) << 1
-	if x < 0 {
-		ux = ^ux
-	}
-	n := 1
-	for ux >= 0x80 {
-		ux >>= 7
-		n++
-	}
-	return n
+	return recordbatch.VarintLen(offsetDelta) + recordbatch.VarintLen(tsDelta) + recordbatch.PayloadSize(r)
 }
 
 // Count is the number of records the batch's header declares, or 0 when b is
 // shorter than a version 1 header. Only a batch that passed Validate is sure
 // to hold that many.
 func (b Batch) Count() int {
+	if kb, ok := b.Kafka(); ok {
+		return int(recordbatch.Count(kb))
+	}
 	if len(b) < batchHeaderSizeV1 {
 		return 0
 	}
@@ -218,6 +187,9 @@ func (b Batch) Count() int {
 // FirstTimestamp is the first record's timestamp, or 0 when b is shorter than
 // a version 1 header.
 func (b Batch) FirstTimestamp() int64 {
+	if kb, ok := b.Kafka(); ok {
+		return recordbatch.BaseTimestamp(kb)
+	}
 	if len(b) < batchHeaderSizeV1 {
 		return 0
 	}
@@ -227,6 +199,9 @@ func (b Batch) FirstTimestamp() int64 {
 // MaxTimestamp is the largest record timestamp, or 0 when b is shorter than a
 // version 1 header.
 func (b Batch) MaxTimestamp() int64 {
+	if kb, ok := b.Kafka(); ok {
+		return recordbatch.MaxTimestamp(kb)
+	}
 	if len(b) < batchHeaderSizeV1 {
 		return 0
 	}
@@ -234,10 +209,15 @@ func (b Batch) MaxTimestamp() int64 {
 }
 
 // Producer is the producer fields of the batch's header: it reads three
-// fixed-width fields and decodes nothing else. A version 1 batch, or bytes
-// too short for a version 2 header, give NoProducer. Only a batch that passed
-// Validate is sure to carry what its producer wrote.
+// fixed-width fields and decodes nothing else (a Kafka batch's int16 epoch
+// widened). A version 1 batch, or bytes too short for their version's
+// header, give NoProducer. Only a batch that passed Validate is sure to
+// carry what its producer wrote.
 func (b Batch) Producer() ProducerInfo {
+	if kb, ok := b.Kafka(); ok {
+		p := recordbatch.ProducerOf(kb)
+		return ProducerInfo{ID: p.ID, Epoch: int32(p.Epoch), BaseSequence: p.BaseSequence}
+	}
 	if len(b) < batchHeaderSize || b[batchVersionAt] != batchVersion {
 		return NoProducer
 	}
@@ -259,6 +239,8 @@ func (b Batch) headerSize() int {
 		return batchHeaderSize
 	case batchVersionV1:
 		return batchHeaderSizeV1
+	case batchVersionKafka:
+		return batchHeaderSizeKafka
 	}
 	return 0
 }
@@ -272,6 +254,9 @@ func (b Batch) headerCRC() uint32 {
 // checkHeaderCRC checks the header CRC of a batch whose header passed
 // checkHeaderSize; version 1 has none.
 func (b Batch) checkHeaderCRC() error {
+	if b[batchVersionAt] == batchVersionKafka {
+		return b.checkKafkaHeaderCRC()
+	}
 	if b[batchVersionAt] != batchVersion {
 		return nil
 	}
@@ -284,12 +269,22 @@ func (b Batch) checkHeaderCRC() error {
 // Validate checks b completely: header, CRC32C, and every record's structure
 // (offset deltas 0..count-1, lengths within bounds, no trailing bytes, the
 // header's timestamps matching the records'). Failures wrap ErrCorruptBatch.
+//
+// A Kafka batch (version 3) is checked by its headers and its two CRCs,
+// which together cover every byte, without decompressing its records: their
+// structure was checked by recordbatch.Validate on the leader before it
+// proposed the batch, and every replica and every recovery decompressing
+// every batch again would cost more than the append. Records still checks
+// the structure of what it decodes.
 func (b Batch) Validate() error {
 	if err := b.checkHeader(); err != nil {
 		return err
 	}
 	if err := b.checkCRC(); err != nil {
 		return err
+	}
+	if b[batchVersionAt] == batchVersionKafka {
+		return nil
 	}
 	return b.each(0, nil)
 }
@@ -300,6 +295,13 @@ func (b Batch) Validate() error {
 func (b Batch) Records(baseOffset int64) ([]Record, error) {
 	if err := b.checkHeader(); err != nil {
 		return nil, err
+	}
+	if kb, ok := b.Kafka(); ok {
+		recs, err := recordbatch.Records(kb, baseOffset)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrCorruptBatch, err)
+		}
+		return recs, nil
 	}
 	out := make([]Record, 0, b.Count())
 	err := b.each(baseOffset, func(r Record, _ int) { out = append(out, r) })
@@ -325,7 +327,7 @@ func (b Batch) checkHeaderSize() error {
 	}
 	size := b.headerSize()
 	if size == 0 {
-		return fmt.Errorf("%w: version %d, want %d or %d", ErrCorruptBatch, b[batchVersionAt], batchVersionV1, batchVersion)
+		return fmt.Errorf("%w: version %d, want %d, %d or %d", ErrCorruptBatch, b[batchVersionAt], batchVersionV1, batchVersion, batchVersionKafka)
 	}
 	if len(b) < size {
 		return fmt.Errorf("%w: %d bytes, shorter than the %d-byte version %d header", ErrCorruptBatch, len(b), size, b[batchVersionAt])
@@ -336,6 +338,12 @@ func (b Batch) checkHeaderSize() error {
 // checkCount checks that the header's record count fits a batch of
 // batchLen bytes (b may be the header only).
 func (b Batch) checkCount(batchLen int) error {
+	if kb, ok := b.Kafka(); ok {
+		if err := recordbatch.CheckHeader(kb, batchLen-(batchVersionAt+1)); err != nil {
+			return fmt.Errorf("%w: %v", ErrCorruptBatch, err)
+		}
+		return nil
+	}
 	n := b.Count()
 	if n < 1 || n > (batchLen-b.headerSize())/minRecordSize {
 		return fmt.Errorf("%w: record count %d does not fit %d bytes", ErrCorruptBatch, n, batchLen)
@@ -345,6 +353,15 @@ func (b Batch) checkCount(batchLen int) error {
 
 // checkCRC checks both CRCs of a batch whose header passed checkHeader.
 func (b Batch) checkCRC() error {
+	if kb, ok := b.Kafka(); ok {
+		if err := b.checkKafkaHeaderCRC(); err != nil {
+			return err
+		}
+		if err := recordbatch.CheckCRC(kb); err != nil {
+			return fmt.Errorf("%w: %v", ErrCorruptBatch, err)
+		}
+		return nil
+	}
 	want := binary.BigEndian.Uint32(b[batchCRCAt:])
 	if got := crc32.Checksum(b[batchVersionAt:], castagnoli); got != want {
 		return fmt.Errorf("%w: crc %08x, header says %08x", ErrCorruptBatch, got, want)
@@ -356,6 +373,9 @@ func (b Batch) checkCRC() error {
 // fn (when not nil) with each record and its encoded size. It checks
 // everything Validate promises except the CRC.
 func (b Batch) each(baseOffset int64, fn func(r Record, size int)) error {
+	if kb, ok := b.Kafka(); ok {
+		return eachKafka(kb, baseOffset, fn)
+	}
 	first, want := b.FirstTimestamp(), b.MaxTimestamp()
 	maxTs := int64(math.MinInt64)
 	c := cursor{b: b[b.headerSize():]}

@@ -110,11 +110,3 @@ func TestBatchShortHeaderAccessors(t *testing.T) {
 		t.Fatalf("Records on a short batch: %v", err)
 	}
 }
-
-func TestVarintLen(t *testing.T) {
-	for _, x := range []int64{0, 1, -1, 63, -64, 64, -65, 1 << 20, math.MaxInt64, math.MinInt64} {
-		if got, want := varintLen(x), len(binary.AppendVarint(nil, x)); got != want {
-			t.Errorf("varintLen(%d) = %d, want %d", x, got, want)
-		}
-	}
-}

@@ -5,7 +5,11 @@
 // carries: records with offset deltas, protected by a CRC32C, and in its
 // header the idempotent producer's id, epoch and base sequence (ProducerInfo;
 // NoProducer for other producers and for batches of format version 1, which
-// is still read). Log.ScanBatches reads those headers without the records,
+// is still read). A Batch of version 3 is a Kafka record batch v2 kept as
+// the producer sent it, compression included (WrapKafka; Batch.Kafka returns
+// those bytes, with the base offset and partition leader epoch of the
+// append, for a Kafka Fetch to answer verbatim); its records decode through
+// internal/recordbatch. Log.ScanBatches reads those headers without the records,
 // so that the partition's producer state can be rebuilt cheaply from the log
 // after a restart or a snapshot install.
 //

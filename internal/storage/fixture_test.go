@@ -237,3 +237,30 @@ func trimmedLog(t testing.TB, tail int) (*Log, *filler) {
 	f.batches(tail)
 	return l, f
 }
+
+// snapshotStream is the stream of a snapshot of l.
+func snapshotStream(t testing.TB, l *Log) *bytes.Buffer {
+	t.Helper()
+	snap, err := l.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Release()
+	var stream bytes.Buffer
+	if _, err := snap.WriteTo(&stream); err != nil {
+		t.Fatal(err)
+	}
+	return &stream
+}
+
+// restoredCopy streams a snapshot of l into a new log (smallConfig) and
+// returns it.
+func restoredCopy(t testing.TB, l *Log) *Log {
+	t.Helper()
+	stream := snapshotStream(t, l)
+	dst := openLog(t, filepath.Join(t.TempDir(), "dst"), smallConfig)
+	if err := dst.Restore(stream); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}

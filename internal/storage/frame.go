@@ -25,9 +25,9 @@ import (
 const (
 	frameHeaderSize = 24
 	// framePreambleSize is a frame header plus its batch's header (of the
-	// current version, the largest): enough to learn a frame's offsets,
+	// largest version, a Kafka batch's): enough to learn a frame's offsets,
 	// timestamps and producer without reading its records.
-	framePreambleSize = frameHeaderSize + batchHeaderSize
+	framePreambleSize = frameHeaderSize + batchHeaderSizeKafka
 	// minFrameSize is the smallest frame: a version 1 batch of one record.
 	minFrameSize = frameHeaderSize + batchHeaderSizeV1 + minRecordSize
 	// maxBatchSize is the largest batch a frame's int32 length can describe.
@@ -127,7 +127,7 @@ func (s *frameScanner) next() (frameHeader, Batch, error) {
 // preamble is what a frame's header and its batch's header tell.
 type preamble struct {
 	frameHeader
-	batch Batch // the batch header only (25 or 45 bytes, by its version)
+	batch Batch // the batch header only (25, 45 or 66 bytes, by its version)
 }
 
 func (p preamble) count() int64 { return int64(p.batch.Count()) }

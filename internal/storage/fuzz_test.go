@@ -5,6 +5,10 @@ import (
 	"math"
 	"reflect"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 )
 
 // FuzzBatch feeds arbitrary bytes to the decoder. It must never panic; what
@@ -43,6 +47,15 @@ func FuzzBatch(f *testing.F) {
 		f.Add([]byte(b))
 		f.Add([]byte(reseal(b)))
 	}
+	// Format version 3: Kafka batches, one compressed.
+	kafka := wrap(f, kafkaBytesAt(f, 0, 3, recordbatch.Producer{ID: 5, Epoch: 1, BaseSequence: 9}, recordbatch.CodecNone, kgo.NoCompression()))
+	f.Add([]byte(kafka))
+	f.Add([]byte(wrap(f, kafkaBytesAt(f, 0, 3, recordbatch.NoProducer, recordbatch.CodecSnappy, kgo.SnappyCompression()))))
+	for _, i := range []int{0, batchVersionAt, batchVersionAt + 1 + 57, batchHeaderSizeKafka} {
+		b := append(Batch(nil), kafka...)
+		b[i] ^= 0x03
+		f.Add([]byte(b))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b := Batch(data)
 		_, _, _, _ = b.Count(), b.FirstTimestamp(), b.MaxTimestamp(), b.Producer()
@@ -57,6 +70,14 @@ func FuzzBatch(f *testing.F) {
 			}
 			return
 		}
+		if _, kafka := b.Kafka(); kafka && derr != nil {
+			// Validate checks a Kafka batch's CRCs, not its records
+			// (recordbatch.Validate did before it was proposed).
+			if !errors.Is(derr, ErrCorruptBatch) {
+				t.Fatalf("Records error %v does not wrap ErrCorruptBatch", derr)
+			}
+			return
+		}
 		if derr != nil {
 			t.Fatalf("Validate accepts what Records rejects: %v", derr)
 		}
@@ -64,6 +85,9 @@ func FuzzBatch(f *testing.F) {
 			t.Fatalf("%d records, header says %d", len(recs), b.Count())
 		}
 		p := b.Producer()
+		if _, kafka := b.Kafka(); kafka && p.Epoch > math.MaxInt16 {
+			t.Fatalf("Kafka batch reports epoch %d", p.Epoch)
+		}
 		if b[batchVersionAt] == batchVersionV1 && p != NoProducer {
 			t.Fatalf("version 1 batch reports producer %+v", p)
 		}

@@ -1,7 +1,8 @@
 package storage
 
-// Kafka's record batch (magic 2) from a stored batch of version 1 or 2, for
-// Kafka's Fetch. Kafka's layout (big-endian):
+// Kafka's record batch (magic 2) for Kafka's Fetch: a version 3 batch is
+// one already (Batch.Kafka); one of version 1 or 2 is converted. Kafka's
+// layout (big-endian; recordbatch has the whole of it):
 //
 //	baseOffset            int64
 //	batchLength           int32   bytes after this field
@@ -29,15 +30,8 @@ package storage
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
-)
 
-const (
-	kafkaBatchHeaderSize = 61 // baseOffset .. recordCount
-	kafkaLengthAt        = 8
-	kafkaCRCAt           = 17
-	kafkaAttributesAt    = 21
-	kafkaMagic           = 2
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 )
 
 // NoLeaderEpoch is the partition leader epoch of converted batches: versions
@@ -46,13 +40,21 @@ const (
 const NoLeaderEpoch int32 = -1
 
 // AppendKafka appends b, whose first record is at baseOffset, as one Kafka
-// record batch (magic 2) with partition leader epoch NoLeaderEpoch, the
-// producer fields of b's header (producerEpoch narrowed to Kafka's int16)
-// and CreateTime timestamps. Only versions 1 and 2 are converted (any
-// other is refused, ErrCorruptBatch). b must be a stored batch (it passed Validate
-// when appended; ReadBatches checked its CRC); a record whose structure is
-// damaged gives an error wrapping ErrCorruptBatch and dst unchanged.
+// record batch (magic 2). A version 3 batch is appended verbatim, as the
+// producer sent it (its compression, its CRC, the leader epoch it was
+// appended in), with baseOffset in its header. One of version 1 or 2 is
+// converted: partition leader epoch NoLeaderEpoch, the producer fields of
+// b's header (producerEpoch narrowed to Kafka's int16) and CreateTime
+// timestamps. b must be a stored batch (it passed Validate when appended;
+// ReadBatches checked its CRC); a record whose structure is damaged gives
+// an error wrapping ErrCorruptBatch and dst unchanged.
 func (b Batch) AppendKafka(dst []byte, baseOffset int64) ([]byte, error) {
+	if kb, ok := b.Kafka(); ok {
+		start := len(dst)
+		dst = append(dst, kb...)
+		recordbatch.SetBaseOffset(dst[start:], baseOffset)
+		return dst, nil
+	}
 	if err := b.checkHeader(); err != nil {
 		return dst, err
 	}
@@ -67,7 +69,7 @@ func (b Batch) AppendKafka(dst []byte, baseOffset int64) ([]byte, error) {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(baseOffset))
 	dst = binary.BigEndian.AppendUint32(dst, 0) // batchLength, below
 	dst = binary.BigEndian.AppendUint32(dst, uint32(epoch))
-	dst = append(dst, kafkaMagic)
+	dst = append(dst, recordbatch.Magic)
 	dst = binary.BigEndian.AppendUint32(dst, 0) // crc, below
 	dst = binary.BigEndian.AppendUint16(dst, 0) // attributes
 	dst = binary.BigEndian.AppendUint32(dst, uint32(count-1))
@@ -99,8 +101,6 @@ func (b Batch) AppendKafka(dst []byte, baseOffset int64) ([]byte, error) {
 	if len(c.b) != 0 {
 		return dst[:start], fmt.Errorf("%w: %d bytes after the last record", ErrCorruptBatch, len(c.b))
 	}
-	kb := dst[start:]
-	binary.BigEndian.PutUint32(kb[kafkaLengthAt:], uint32(len(kb)-kafkaLengthAt-4))
-	binary.BigEndian.PutUint32(kb[kafkaCRCAt:], crc32.Checksum(kb[kafkaAttributesAt:], castagnoli))
+	recordbatch.Seal(dst[start:])
 	return dst, nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 )
 
 // decodeKafka decodes one Kafka record batch with franz-go's kmsg, checking
@@ -183,4 +185,43 @@ func BenchmarkReadBatchesKafka(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "records/s")
 	})
+}
+
+// TestAppendKafkaPassesKafkaBatchesVerbatim: a Kafka batch appended to the
+// log and read back with ReadBatches comes out of AppendKafka as the
+// producer sent it (compression and CRC), with only the base offset and the
+// leader epoch the log and the leader gave it.
+func TestAppendKafkaPassesKafkaBatchesVerbatim(t *testing.T) {
+	for _, codec := range kafkaCodecs {
+		t.Run(codec.name, func(t *testing.T) {
+			l := openLog(t, t.TempDir(), smallConfig)
+			if _, err := l.Append(1, batchAt(0, 3)); err != nil { // a version 2 batch first
+				t.Fatal(err)
+			}
+			sent := kafkaBytesAt(t, 3, 5, recordbatch.Producer{ID: 9, Epoch: 1, BaseSequence: 0}, codec.id, codec.kgo)
+			b := wrap(t, sent)
+			b.SetLeaderEpoch(7)
+			if _, err := l.Append(2, b); err != nil {
+				t.Fatal(err)
+			}
+			bs, err := l.ReadBatches(3, 1<<20, l.EndOffset(), true)
+			if err != nil || len(bs) != 1 || bs[0].BaseOffset != 3 {
+				t.Fatalf("ReadBatches(3) = %+v, %v", bs, err)
+			}
+			got, err := bs[0].Batch.AppendKafka(nil, bs[0].BaseOffset)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if recordbatch.BaseOffset(got) != 3 || recordbatch.PartitionLeaderEpoch(got) != 7 {
+				t.Fatalf("base offset %d, leader epoch %d; want 3, 7", recordbatch.BaseOffset(got), recordbatch.PartitionLeaderEpoch(got))
+			}
+			// Everything from magic on is the producer's.
+			if !bytes.Equal(got[16:], sent[16:]) || len(got) != len(sent) {
+				t.Fatalf("%s batch not passed verbatim:\n got %x\nsent %x", codec.name, got, sent)
+			}
+			if err := recordbatch.CheckCRC(got); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }

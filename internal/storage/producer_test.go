@@ -173,7 +173,7 @@ func TestProducerOfDamagedOrShortBatches(t *testing.T) {
 		"version byte only":     good[:5],
 		"version 1 header only": good[:batchHeaderSizeV1],
 		"cut in producer":       good[:batchHeaderSize-1],
-		"unknown version":       func() Batch { b := bytes.Clone(good); b[batchVersionAt] = 3; return b }(),
+		"unknown version":       func() Batch { b := bytes.Clone(good); b[batchVersionAt] = 4; return b }(),
 		"version 1":             mustHex(t, goldenV1),
 	} {
 		if p := b.Producer(); p != NoProducer {
@@ -208,7 +208,9 @@ func TestValidateVersions(t *testing.T) {
 		// A version 1 batch relabelled version 2 lacks 20 header bytes.
 		"version 1 as 2": reseal(func() Batch { b := encodeV1Batch(goldenRecords); b[batchVersionAt] = 2; return b }()),
 		"version 0":      reseal(func() Batch { b := cp(); b[batchVersionAt] = 0; return b }()),
-		"version 3":      reseal(func() Batch { b := cp(); b[batchVersionAt] = 3; return b }()),
+		"version 4":      reseal(func() Batch { b := cp(); b[batchVersionAt] = 4; return b }()),
+		// A version 2 batch relabelled Kafka's (version 3) is no Kafka batch.
+		"version 2 as 3": reseal(func() Batch { b := cp(); b[batchVersionAt] = 3; return b }()),
 		"v1 count high": reseal(func() Batch {
 			b := encodeV1Batch(goldenRecords)
 			b[batchCountAt+3] = 3
@@ -572,19 +574,7 @@ func TestOldFormatLogReadBack(t *testing.T) {
 	f.batches(100)
 	checkRecords(t, readAll(t, l), 0, l.EndOffset())
 	checkScans(t, l, f.metas)
-	snap, err := l.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snap.Release()
-	var stream bytes.Buffer
-	if _, err := snap.WriteTo(&stream); err != nil {
-		t.Fatal(err)
-	}
-	dst := openLog(t, filepath.Join(t.TempDir(), "dst"), smallConfig)
-	if err := dst.Restore(&stream); err != nil {
-		t.Fatal(err)
-	}
+	dst := restoredCopy(t, l)
 	checkRecords(t, readAll(t, dst), 0, dst.EndOffset())
 	checkScans(t, dst, f.metas)
 }

@@ -27,7 +27,7 @@ func (m BatchMeta) LastOffset() int64 { return m.BaseOffset + int64(m.Count) - 1
 // visited.
 //
 // Cost: no record is read or decoded. Per batch, ScanBatches makes one pread
-// of at most 69 bytes (the frame header and the batch's fixed header) and
+// of at most 90 bytes (the frame header and the batch's fixed header) and
 // skips the payload; finding the first batch costs an offset index lookup and
 // a few more such preads. It checks the frame header's CRC, the batch
 // header's CRC (format version 2: version 1 has no producer fields and no

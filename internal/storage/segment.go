@@ -213,6 +213,7 @@ func (s *segment) write(h frameHeader, b Batch, interval int, buf *[]byte) (inde
 	frame = append(frame, b...)
 	*buf = frame
 	putFrameHeader(frame, h)
+	Batch(frame[frameHeaderSize:]).setBaseOffset(h.baseOffset)
 	s.dirty = true
 	if _, err := s.f.WriteAt(frame, s.size); err != nil {
 		return indexAdd{}, fmt.Errorf("write %s: %w", s.logPath, err)

@@ -98,19 +98,7 @@ func TestSnapshotOfEmptiedLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := stateOf(t, src)
-	snap, err := src.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snap.Release()
-	var stream bytes.Buffer
-	if _, err := snap.WriteTo(&stream); err != nil {
-		t.Fatal(err)
-	}
-	dst := openLog(t, filepath.Join(t.TempDir(), "dst"), smallConfig)
-	if err := dst.Restore(&stream); err != nil {
-		t.Fatal(err)
-	}
+	dst := restoredCopy(t, src)
 	checkState(t, dst, want)
 }
 
@@ -161,15 +149,7 @@ func TestOpenFinishesInterruptedRestore(t *testing.T) {
 	src := openLog(t, t.TempDir(), smallConfig)
 	(&filler{t: t, l: src}).batches(30)
 	want := stateOf(t, src)
-	snap, err := src.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snap.Release()
-	var stream bytes.Buffer
-	if _, err := snap.WriteTo(&stream); err != nil {
-		t.Fatal(err)
-	}
+	stream := snapshotStream(t, src)
 
 	// Crashed after renaming DIR away, before renaming DIR.restore in.
 	dst := openLog(t, filepath.Join(t.TempDir(), "dst"), smallConfig)

@@ -54,20 +54,12 @@ func TestCLIRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type line struct {
-		Partition int32             `json:"partition"`
-		Offset    int64             `json:"offset"`
-		Key       *string           `json:"key"`
-		Value     string            `json:"value"`
-		Headers   map[string]string `json:"headers"`
-		Timestamp int64             `json:"timestamp"`
-	}
 	alicePartition := partitioner.ForKey([]byte("alice"), 3)
 	var aliceSeen []string
 	count := 0
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
-		var l line
+		var l consumedRecord
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatalf("not a JSON record line: %q: %v", sc.Text(), err)
 		}

@@ -1,4 +1,4 @@
-package kafkawire
+package recordbatch
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/s2"
-	fkerr "github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -78,10 +77,10 @@ func buildBatch(records []byte, count int32, attrs int16, edit func(*kmsg.Record
 	}
 	out := b.AppendTo(nil)
 	if b.Length == 0 {
-		binary.BigEndian.PutUint32(out[batchLengthAt:], uint32(len(out)-batchLogOverhead))
+		binary.BigEndian.PutUint32(out[lengthAt:], uint32(len(out)-logOverhead))
 	}
 	if b.CRC == 0 {
-		binary.BigEndian.PutUint32(out[batchCRCAt:], crc32.Checksum(out[batchAttributesAt:], castagnoli))
+		binary.BigEndian.PutUint32(out[crcAt:], crc32.Checksum(out[attributesAt:], castagnoli))
 	}
 	return out
 }
@@ -102,13 +101,17 @@ func xerialSnappy(raw []byte, chunk int) []byte {
 	return out
 }
 
-func TestValidateBatchAcceptsEveryCodec(t *testing.T) {
-	raw := encodeRecords(testRecords(5))
-	cases := []struct {
-		name    string
-		codec   Codec
-		records []byte
-	}{
+// codecCase is raw records compressed one way, as producers send them.
+type codecCase struct {
+	name    string
+	codec   Codec
+	records []byte
+}
+
+// codecCases compresses raw with every codec (kgo's compressors, and the
+// Java client's xerial snappy framing).
+func codecCases(t *testing.T, raw []byte) []codecCase {
+	return []codecCase{
 		{"none", CodecNone, raw},
 		{"gzip", CodecGzip, compressWithKgo(t, kgo.GzipCompression(), raw)},
 		{"snappy", CodecSnappy, compressWithKgo(t, kgo.SnappyCompression(), raw)},
@@ -116,14 +119,18 @@ func TestValidateBatchAcceptsEveryCodec(t *testing.T) {
 		{"lz4", CodecLz4, compressWithKgo(t, kgo.Lz4Compression(), raw)},
 		{"zstd", CodecZstd, compressWithKgo(t, kgo.ZstdCompression(), raw)},
 	}
-	for _, tc := range cases {
+}
+
+func TestValidateAcceptsEveryCodec(t *testing.T) {
+	raw := encodeRecords(testRecords(5))
+	for _, tc := range codecCases(t, raw) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := buildBatch(tc.records, 5, int16(tc.codec), nil)
-			info, err := ValidateBatch(b, 9)
+			info, err := Validate(b, 9)
 			if err != nil {
-				t.Fatalf("ValidateBatch: %v", err)
+				t.Fatalf("Validate: %v", err)
 			}
-			want := BatchInfo{
+			want := Info{
 				Size: len(b), Records: 5, Codec: tc.codec,
 				FirstTimestamp: 1_700_000_000_000, MaxTimestamp: 1_700_000_000_012,
 				ProducerID: 77, ProducerEpoch: 3, BaseSequence: 1000,
@@ -136,12 +143,12 @@ func TestValidateBatchAcceptsEveryCodec(t *testing.T) {
 	}
 }
 
-func TestValidateBatchRefusesAsKafkaDoes(t *testing.T) {
+func TestValidateRefusesAsKafkaDoes(t *testing.T) {
 	raw := encodeRecords(testRecords(3))
 	good := buildBatch(raw, 3, 0, nil)
 	withCRC := func(b []byte) []byte {
 		b = bytes.Clone(b)
-		binary.BigEndian.PutUint32(b[batchCRCAt:], crc32.Checksum(b[batchAttributesAt:], castagnoli))
+		binary.BigEndian.PutUint32(b[crcAt:], crc32.Checksum(b[attributesAt:], castagnoli))
 		return b
 	}
 	badDelta := testRecords(3)
@@ -156,15 +163,15 @@ func TestValidateBatchRefusesAsKafkaDoes(t *testing.T) {
 	}{
 		{"empty", nil, 9, kerr.InvalidRecord},
 		{"cut before magic", good[:16], 9, kerr.InvalidRecord},
-		{"magic 0", func() []byte { b := bytes.Clone(good); b[batchMagicAt] = 0; return b }(), 9, kerr.InvalidRecord},
-		{"magic 1", func() []byte { b := bytes.Clone(good); b[batchMagicAt] = 1; return b }(), 9, kerr.InvalidRecord},
+		{"magic 0", func() []byte { b := bytes.Clone(good); b[magicAt] = 0; return b }(), 9, kerr.InvalidRecord},
+		{"magic 1", func() []byte { b := bytes.Clone(good); b[magicAt] = 1; return b }(), 9, kerr.InvalidRecord},
 		{"wrong crc", func() []byte { b := bytes.Clone(good); b[len(b)-1] ^= 0xff; return b }(), 9, kerr.CorruptMessage},
 		{"length beyond the records", good[:len(good)-1], 9, kerr.InvalidRecord},
 		{"two batches", append(bytes.Clone(good), good...), 9, kerr.InvalidRecord},
 		{"length below 14", buildBatch(raw, 3, 0, func(b *kmsg.RecordBatch) { b.Length = 13 })[:60], 9, kerr.CorruptMessage},
 		{"length below the header", func() []byte {
 			b := bytes.Clone(good[:40])
-			binary.BigEndian.PutUint32(b[batchLengthAt:], 28)
+			binary.BigEndian.PutUint32(b[lengthAt:], 28)
 			return b
 		}(), 9, kerr.CorruptMessage},
 		{"base offset not 0", buildBatch(raw, 3, 0, func(b *kmsg.RecordBatch) { b.FirstOffset = 7 }), 9, kerr.InvalidRecord},
@@ -184,29 +191,10 @@ func TestValidateBatchRefusesAsKafkaDoes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ValidateBatch(tc.batch, tc.version)
+			_, err := Validate(tc.batch, tc.version)
 			if !kerr.Is(err, tc.want) {
-				t.Fatalf("ValidateBatch: %v, want %s", err, tc.want)
-			}
-			want := kafkaCodes[tc.want].Code
-			if got := ErrorCode(err); got != want {
-				t.Fatalf("ErrorCode = %d, want %d", got, want)
+				t.Fatalf("Validate: %v, want %s", err, tc.want)
 			}
 		})
-	}
-}
-
-func TestErrorCodeOfOtherErrors(t *testing.T) {
-	if got := ErrorCode(nil); got != 0 {
-		t.Fatalf("nil: %d", got)
-	}
-	if got := ErrorCode(fkerr.NotCoordinator); got != fkerr.NotCoordinator.Code {
-		t.Fatalf("franz-go error: %d", got)
-	}
-	if got := ErrorCode(bytes.ErrTooLarge); got != fkerr.UnknownServerError.Code {
-		t.Fatalf("plain error: %d", got)
-	}
-	if got := ErrorCode(kerr.New("NOT_A_KAFKA_NAME", "x")); got != fkerr.UnknownServerError.Code {
-		t.Fatalf("unknown name: %d", got)
 	}
 }

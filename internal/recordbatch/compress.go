@@ -1,4 +1,4 @@
-package kafkawire
+package recordbatch
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func (c Codec) String() string {
 }
 
 // MaxDecompressedBatchBytes bounds what one batch's records may decompress
-// to when ValidateBatch reads them. Kafka sets no bound; a broker that
+// to when Validate or Records reads them. Kafka sets no bound; a broker that
 // decompresses what any client sends needs one (a few KiB of zeros compress
 // a thousandfold).
 const MaxDecompressedBatchBytes = 256 << 20
