@@ -4,6 +4,7 @@ package compat
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,10 +59,27 @@ func skipf(t *testing.T, format string, args ...any) {
 	t.Skip(msg)
 }
 
+// waitFor polls cond until it returns "" and fails t with what and cond's
+// last answer (how far it got) when d passes first.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() string) {
+	t.Helper()
+	last := ""
+	err := eventually.WaitEvery(d, 200*time.Millisecond, func() error {
+		if last = cond(); last != "" {
+			return errors.New(last)
+		}
+		return nil
+	})
+	if err != nil {
+		failf(t, "no %s within %v: %s", what, d, last)
+	}
+}
+
 // suite runs the clients one after the other on one cluster and counts
 // their results.
 type suite struct {
 	tg                      *target
+	suffix                  string // of every topic and group name
 	passed, failed, skipped int
 }
 
@@ -105,6 +123,9 @@ func TestCompat(t *testing.T) {
 	}
 	fmt.Printf("compat: against %s (Kafka bootstrap %s)\n", tg.name(), tg.bootstrap)
 	s := &suite{tg: tg}
+	if !tg.tapes() {
+		s.suffix = fmt.Sprintf("-%d", time.Now().Unix())
+	}
 
 	s.client(t, "kcat -L", s.kcatMetadata)
 	s.client(t, "kafka-topics --describe", s.kafkaTopicsDescribe)
@@ -116,17 +137,18 @@ func TestCompat(t *testing.T) {
 	s.client(t, "kafka-producer-perf-test", s.perfTest)
 	s.client(t, "confluent-kafka (Debian, librdkafka 2.0.2)", func(t *testing.T) {
 		need(t, "Debian's python3-confluent-kafka", haveCommand(debianPython, "-c", "import confluent_kafka"))
-		s.python(t, debianPython, "confluent", "compat-confluent-debian")
+		s.python(t, debianPython, "confluent", s.name("confluent-debian"))
 	})
 	s.client(t, "confluent-kafka (PyPI, current librdkafka)", func(t *testing.T) {
 		need(t, "confluent-kafka from PyPI", haveCommand(venvPython(), "-c", "import confluent_kafka"))
-		s.python(t, venvPython(), "confluent", "compat-confluent-pypi")
+		s.python(t, venvPython(), "confluent", s.name("confluent-pypi"))
 	})
 	s.client(t, "kafka-python", func(t *testing.T) {
 		need(t, "kafka-python from PyPI", haveCommand(venvPython(), "-c", "import kafka"))
-		s.python(t, venvPython(), "kafka-python", "compat-kafka-python")
+		s.python(t, venvPython(), "kafka-python", s.name("kafka-python"))
 	})
 	s.client(t, "KafkaJS 2.2.4", s.kafkajs)
+	s.client(t, "KafkaJS 2.2.4 admin", s.kafkajsAdmin)
 	// Last: against COMPAT_BOOTSTRAP the killed brokers stay down.
 	s.client(t, "Java idempotent producer (acks=all) through a leader's SIGKILL", s.javaProducer)
 	s.client(t, "Java consumer group (CooperativeStickyAssignor) through a leader's SIGKILL", s.javaGroup)
@@ -136,12 +158,12 @@ func TestCompat(t *testing.T) {
 
 // Topics, one per client program, so that a failure leaves nothing in
 // another client's way.
-const (
-	kcatTopic    = "compat-kcat"
-	consoleTopic = "compat-console"
-	consoleGroup = "compat-console-group"
-	kcatRecords  = 300
-)
+const kcatRecords = 300
+
+// name is the topic or group of a client program: "compat-WHAT", and
+// against COMPAT_BOOTSTRAP also the run's start time, so that a second
+// run on the same Kafka starts from fresh topics too.
+func (s *suite) name(what string) string { return "compat-" + what + s.suffix }
 
 func needKcat(t *testing.T) { need(t, "kcat", haveCommand("kcat", "-V")) }
 
@@ -171,8 +193,8 @@ func (s *suite) storedAtLeast(t *testing.T, topic string, n int) []Record {
 
 func (s *suite) kcatMetadata(t *testing.T) {
 	needKcat(t)
-	s.tg.createTopic(t, kcatTopic, 3)
-	out := run(t, time.Minute, "", nil, "kcat", "-L", "-J", "-b", s.tg.bootstrap, "-t", kcatTopic)
+	s.tg.createTopic(t, s.name("kcat"), 3)
+	out := run(t, time.Minute, "", nil, "kcat", "-L", "-J", "-b", s.tg.bootstrap, "-t", s.name("kcat"))
 	var md struct {
 		Brokers []struct {
 			ID   int32  `json:"id"`
@@ -210,8 +232,8 @@ func (s *suite) kcatMetadata(t *testing.T) {
 	} else if len(addrs) == 0 {
 		failf(t, "kcat -L lists no broker")
 	}
-	if len(md.Topics) != 1 || md.Topics[0].Topic != kcatTopic {
-		failf(t, "kcat -L -t %s lists topics %s", kcatTopic, tail(out))
+	if len(md.Topics) != 1 || md.Topics[0].Topic != s.name("kcat") {
+		failf(t, "kcat -L -t %s lists topics %s", s.name("kcat"), tail(out))
 	}
 	got := map[int32]partRow{}
 	for _, p := range md.Topics[0].Partitions {
@@ -224,7 +246,7 @@ func (s *suite) kcatMetadata(t *testing.T) {
 		}
 		got[p.Partition] = partRow{strconv.Itoa(int(p.Leader)), ids(r), ids(i)}
 	}
-	s.sameAsDescribe(t, "kcat -L", kcatTopic, got)
+	s.sameAsDescribe(t, "kcat -L", s.name("kcat"), got)
 }
 
 // sameAsDescribe fails t unless rows (a client's view of topic's
@@ -263,21 +285,21 @@ func sortedIDs(s string) string {
 
 func (s *suite) kafkaTopicsDescribe(t *testing.T) {
 	needJava(t)
-	s.tg.createTopic(t, "compat-topics", 3)
-	name, args := javaCmd("", topicCommand, "--bootstrap-server", s.tg.bootstrap, "--describe", "--topic", "compat-topics")
+	s.tg.createTopic(t, s.name("topics"), 3)
+	name, args := javaCmd("", topicCommand, "--bootstrap-server", s.tg.bootstrap, "--describe", "--topic", s.name("topics"))
 	rows := parseTopicDescribe(run(t, 2*time.Minute, "", nil, name, args...))
-	s.sameAsDescribe(t, "kafka-topics --describe", "compat-topics", rows)
+	s.sameAsDescribe(t, "kafka-topics --describe", s.name("topics"), rows)
 }
 
 func (s *suite) kcatProduce(t *testing.T) {
 	needKcat(t)
 	input, sent := keyedLines(kcatRecords, 6)
-	_, errb, err := runErr(t, 2*time.Minute, input, nil, "kcat", "-P", "-b", s.tg.bootstrap, "-t", kcatTopic, "-K:", "-X", "acks=all")
+	_, errb, err := runErr(t, 2*time.Minute, input, nil, "kcat", "-P", "-b", s.tg.bootstrap, "-t", s.name("kcat"), "-K:", "-X", "acks=all")
 	if err != nil || strings.Contains(string(errb), "ERROR") || strings.Contains(string(errb), "failed") {
 		failf(t, "kcat -P: %v: %s", err, tail(errb))
 	}
 	// kcat exits 0 only once every record is delivered: all acknowledged.
-	if err := CheckProduced(sent, s.tg.readBack(t, kcatTopic)); err != nil {
+	if err := CheckProduced(sent, s.tg.readBack(t, s.name("kcat"))); err != nil {
 		failf(t, "%v", err)
 	}
 }
@@ -287,8 +309,8 @@ const kcatFormat = `REC %p %o %k %s\n`
 
 func (s *suite) kcatConsume(t *testing.T) {
 	needKcat(t)
-	stored := s.storedAtLeast(t, kcatTopic, kcatRecords)
-	out := run(t, 2*time.Minute, "", nil, "kcat", "-C", "-b", s.tg.bootstrap, "-t", kcatTopic, "-o", "beginning", "-e", "-q", "-f", kcatFormat)
+	stored := s.storedAtLeast(t, s.name("kcat"), kcatRecords)
+	out := run(t, 2*time.Minute, "", nil, "kcat", "-C", "-b", s.tg.bootstrap, "-t", s.name("kcat"), "-o", "beginning", "-e", "-q", "-f", kcatFormat)
 	handled, err := ParseLines(out, "REC")
 	if err == nil {
 		err = CheckConsumed(stored, handled)
@@ -300,9 +322,9 @@ func (s *suite) kcatConsume(t *testing.T) {
 
 func (s *suite) kcatGroup(t *testing.T) {
 	needKcat(t)
-	stored := s.storedAtLeast(t, kcatTopic, kcatRecords)
-	group := "compat-kcat-group"
-	out := run(t, 2*time.Minute, "", nil, "kcat", "-b", s.tg.bootstrap, "-G", group, "-X", "auto.offset.reset=earliest", "-e", "-q", "-f", kcatFormat, kcatTopic)
+	stored := s.storedAtLeast(t, s.name("kcat"), kcatRecords)
+	group := s.name("kcat-group")
+	out := run(t, 2*time.Minute, "", nil, "kcat", "-b", s.tg.bootstrap, "-G", group, "-X", "auto.offset.reset=earliest", "-e", "-q", "-f", kcatFormat, s.name("kcat"))
 	handled, err := ParseLines(out, "REC")
 	if err == nil {
 		err = CheckConsumed(stored, handled)
@@ -310,7 +332,7 @@ func (s *suite) kcatGroup(t *testing.T) {
 	if err != nil {
 		failf(t, "%v", err)
 	}
-	s.tg.requireCaughtUp(t, group, kcatTopic)
+	s.tg.requireCaughtUp(t, group, s.name("kcat"))
 }
 
 // consoleLine is a record as kafka-console-consumer prints it with
@@ -319,24 +341,24 @@ var consoleLine = regexp.MustCompile(`^Partition:(\d+)\s+Offset:(\d+)\s+(\S+)\s+
 
 func (s *suite) console(t *testing.T) {
 	needJava(t)
-	s.tg.createTopic(t, consoleTopic, 3)
+	s.tg.createTopic(t, s.name("console"), 3)
 	n := 200
 	input, sent := keyedLines(n, 5)
-	name, args := javaCmd("", consoleProducer, "--bootstrap-server", s.tg.bootstrap, "--topic", consoleTopic,
+	name, args := javaCmd("", consoleProducer, "--bootstrap-server", s.tg.bootstrap, "--topic", s.name("console"),
 		"--command-property", "acks=all", "--reader-property", "parse.key=true", "--reader-property", "key.separator=:")
 	_, errb, err := runErr(t, 2*time.Minute, input, nil, name, args...)
 	if err != nil || strings.Contains(string(errb), "ERROR") {
 		failf(t, "kafka-console-producer: %v: %s", err, tail(errb))
 	}
-	stored := s.tg.readBack(t, consoleTopic)
+	stored := s.tg.readBack(t, s.name("console"))
 	if err := CheckProduced(sent, stored); err != nil {
 		failf(t, "kafka-console-producer: %v", err)
 	}
 	if len(stored) != n {
 		failf(t, "kafka-console-producer: %d records stored of %d", len(stored), n)
 	}
-	name, args = javaCmd("", consoleConsumer, "--bootstrap-server", s.tg.bootstrap, "--topic", consoleTopic,
-		"--group", consoleGroup, "--from-beginning", "--max-messages", strconv.Itoa(n), "--timeout-ms", "60000",
+	name, args = javaCmd("", consoleConsumer, "--bootstrap-server", s.tg.bootstrap, "--topic", s.name("console"),
+		"--group", s.name("console-group"), "--from-beginning", "--max-messages", strconv.Itoa(n), "--timeout-ms", "60000",
 		"--formatter-property", "print.partition=true", "--formatter-property", "print.offset=true", "--formatter-property", "print.key=true")
 	out := run(t, 2*time.Minute, "", nil, name, args...)
 	var handled []Record
@@ -354,12 +376,12 @@ func (s *suite) console(t *testing.T) {
 
 func (s *suite) kafkaConsumerGroups(t *testing.T) {
 	needJava(t)
-	s.storedAtLeast(t, consoleTopic, 1)
-	name, args := javaCmd("", consumerGroups, "--bootstrap-server", s.tg.bootstrap, "--describe", "--group", consoleGroup)
+	s.storedAtLeast(t, s.name("console"), 1)
+	name, args := javaCmd("", consumerGroups, "--bootstrap-server", s.tg.bootstrap, "--describe", "--group", s.name("console-group"))
 	var got, want map[string]groupRow
 	err := eventually.Wait(30*time.Second, func() error {
 		got = parseGroupDescribe(run(t, 2*time.Minute, "", nil, name, args...))
-		want = s.tg.describeGroup(t, consoleGroup, consoleTopic)
+		want = s.tg.describeGroup(t, s.name("console-group"), s.name("console"))
 		if len(got) == 0 || fmtRows(got) != fmtRows(want) {
 			return fmt.Errorf("differs")
 		}
@@ -368,14 +390,14 @@ func (s *suite) kafkaConsumerGroups(t *testing.T) {
 	if err != nil {
 		failf(t, "kafka-consumer-groups --describe: %s; the cluster's own: %s", fmtRows(got), fmtRows(want))
 	}
-	s.tg.requireCaughtUp(t, consoleGroup, consoleTopic)
+	s.tg.requireCaughtUp(t, s.name("console-group"), s.name("console"))
 }
 
 var perfSummary = regexp.MustCompile(`(\d+) records sent, [\d.]+ records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency`)
 
 func (s *suite) perfTest(t *testing.T) {
 	needJava(t)
-	topic, n := "compat-perf", 20000
+	topic, n := s.name("perf"), 20000
 	s.tg.createTopic(t, topic, 6)
 	name, args := javaCmd("", producerPerformance, "--topic", topic, "--num-records", strconv.Itoa(n), "--record-size", "100",
 		"--throughput", "-1", "--command-property", "acks=all", "enable.idempotence=true", "bootstrap.servers="+s.tg.bootstrap)
@@ -431,13 +453,18 @@ func (s *suite) javaProduce(t *testing.T, topic string, n, keys int) []Record {
 
 func (s *suite) javaProducer(t *testing.T) {
 	needJava(t)
-	topic, n := "compat-java-producer", 3000
+	topic, n := s.name("java-producer"), 3000
 	s.tg.createTopic(t, topic, 3)
 	name, args := javaCmd(javaPrograms(t), "IdempotentProducer", s.tg.bootstrap, topic, strconv.Itoa(n), "12", "20")
 	p := startProc(t, nil, name, args...)
 	// The kill lands mid-run: after a third of the records were
 	// acknowledged, while the rest are still being sent.
-	eventually.True(t, 2*time.Minute, "a third of the records acknowledged", func() bool { return p.lines("ACK") >= n/3 || p.exited() })
+	waitFor(t, 2*time.Minute, "a third of the records acknowledged", func() string {
+		if p.lines("ACK") >= n/3 || p.exited() {
+			return ""
+		}
+		return fmt.Sprintf("%d acknowledged", p.lines("ACK"))
+	})
 	if p.exited() {
 		failf(t, "the producer exited after %d acknowledgements: %v: %s", p.lines("ACK"), p.err, tail(p.errb.Bytes()))
 	}
@@ -458,7 +485,7 @@ func (s *suite) javaProducer(t *testing.T) {
 
 func (s *suite) javaGroup(t *testing.T) {
 	needJava(t)
-	topic, group, n := "compat-java-group", "compat-java-group", 1200
+	topic, group, n := s.name("java-group"), s.name("java-group"), 1200
 	s.tg.createTopic(t, topic, 6)
 	if acked := s.javaProduce(t, topic, n, 12); len(acked) != n {
 		failf(t, "filling %s: %d of %d acknowledged", topic, len(acked), n)
@@ -476,9 +503,17 @@ func (s *suite) javaGroup(t *testing.T) {
 		}
 		return c
 	}
-	eventually.True(t, 2*time.Minute, "a quarter of the records handled", func() bool { return handled() >= n/4 })
+	progress := func(want int) func() string {
+		return func() string {
+			if h := handled(); h < want {
+				return fmt.Sprintf("%d of %d handled", h, len(stored))
+			}
+			return ""
+		}
+	}
+	waitFor(t, 2*time.Minute, "a quarter of the records handled", progress(n/4))
 	restart := s.tg.killLeader(t, topic, 0)
-	eventually.True(t, 4*time.Minute, "every record handled", func() bool { return handled() >= len(stored) })
+	waitFor(t, 4*time.Minute, "every record handled", progress(len(stored)))
 	restart()
 	for _, m := range members {
 		m.stdin.Close()
@@ -541,9 +576,35 @@ func (s *suite) python(t *testing.T, python, lib, topic string) {
 func (s *suite) kafkajs(t *testing.T) {
 	need(t, "node", haveCommand("node", "--version"))
 	need(t, "kafkajs 2.2.4 from npm", haveFile(filepath.Join(nodePath(), "kafkajs", "package.json")))
-	n, topic := 300, "compat-kafkajs"
+	n, topic := 300, s.name("kafkajs")
 	script := filepath.Join("testdata", "js", "client.js")
 	s.produceThenConsume(t, topic, n, []string{"NODE_PATH=" + nodePath()},
 		[]string{"node", script, "produce", s.tg.bootstrap, topic, strconv.Itoa(n), "6"},
 		[]string{"node", script, "consume", s.tg.bootstrap, topic, topic + "-group", strconv.Itoa(n)})
+}
+
+// kafkajsAdmin runs KafkaJS's admin steps on the topic and group that
+// the KafkaJS client left, then checks what deleteTopicRecords did:
+// partition 0 starts at offset 1.
+func (s *suite) kafkajsAdmin(t *testing.T) {
+	need(t, "node", haveCommand("node", "--version"))
+	need(t, "kafkajs 2.2.4 from npm", haveFile(filepath.Join(nodePath(), "kafkajs", "package.json")))
+	topic := s.name("kafkajs")
+	before := s.tg.recordCount(t, topic)
+	if before == 0 {
+		failf(t, "%s holds no records (did the KafkaJS client fail?)", topic)
+	}
+	out, errb, err := runErr(t, 3*time.Minute, "", []string{"NODE_PATH=" + nodePath()},
+		"node", filepath.Join("testdata", "js", "client.js"), "admin", s.tg.bootstrap, topic, topic+"-group")
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "ADMIN" && f[2] != "ok" {
+			failf(t, "%s", l)
+		}
+	}
+	if err != nil {
+		failf(t, "%v: %s", err, tail(errb))
+	}
+	if after := s.tg.recordCount(t, topic); after != before-1 {
+		failf(t, "deleteTopicRecords up to offset 1 of partition 0: %d records before, %d after", before, after)
+	}
 }

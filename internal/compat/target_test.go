@@ -346,9 +346,9 @@ func (tg *target) leader(t *testing.T, topic string, p int32) int32 {
 
 // killLeader SIGKILLs the leader of topic/p and returns a function that
 // brings it back (tapes: the same broker restarted, its partitions
-// settled; COMPAT_BOOTSTRAP: nothing, the broker stays down). Against
-// COMPAT_BOOTSTRAP without the leader's PID in COMPAT_BROKER_PIDS nothing
-// is killed.
+// settled; COMPAT_BOOTSTRAP: COMPAT_BROKER_RESTART, see restartExternal).
+// Against COMPAT_BOOTSTRAP without the leader's PID in COMPAT_BROKER_PIDS
+// nothing is killed.
 func (tg *target) killLeader(t *testing.T, topic string, p int32) (restart func()) {
 	t.Helper()
 	id := tg.leader(t, topic, p)
@@ -374,6 +374,41 @@ func (tg *target) killLeader(t *testing.T, topic string, p int32) (restart func(
 		failf(t, "SIGKILL broker %d (pid %d): %v", id, pid, err)
 	}
 	delete(tg.pids, id)
-	t.Logf("SIGKILLed broker %d (pid %d), the leader of %s-%d; it stays down", id, pid, topic, p)
-	return func() {}
+	t.Logf("SIGKILLed broker %d (pid %d), the leader of %s-%d", id, pid, topic, p)
+	return func() { tg.restartExternal(t, id) }
+}
+
+// restartExternal runs COMPAT_BROKER_RESTART with {id} replaced by id
+// (sh -c; its last line of output is the new PID) and waits until the
+// broker is back in Metadata. Without it the broker stays down.
+func (tg *target) restartExternal(t *testing.T, id int32) {
+	t.Helper()
+	tmpl := os.Getenv("COMPAT_BROKER_RESTART")
+	if tmpl == "" {
+		t.Logf("no COMPAT_BROKER_RESTART: broker %d stays down", id)
+		return
+	}
+	out := run(t, time.Minute, "", nil, "sh", "-c", strings.ReplaceAll(tmpl, "{id}", strconv.Itoa(int(id))))
+	f := strings.Fields(string(out))
+	if len(f) == 0 {
+		failf(t, "COMPAT_BROKER_RESTART printed nothing, not a PID")
+	}
+	pid, err := strconv.Atoi(f[len(f)-1])
+	if err != nil {
+		failf(t, "COMPAT_BROKER_RESTART printed %q, not a PID last", out)
+	}
+	tg.pids[id] = pid
+	eventually.Nil(t, 3*time.Minute, fmt.Sprintf("broker %d back", id), func() error {
+		bs, err := tg.adm.ListBrokers(ctxFor(t, 10*time.Second))
+		if err != nil {
+			return err
+		}
+		for _, b := range bs {
+			if b.NodeID == id {
+				return nil
+			}
+		}
+		return fmt.Errorf("not listed")
+	})
+	t.Logf("broker %d restarted (pid %d)", id, pid)
 }

@@ -15,6 +15,12 @@
 // (prints "REC <partition> <offset> <key> <value>"), then commits what it
 // handled (commitOffsets), until EXPECT records were handled or 90 s passed.
 //
+// admin: KafkaJS's admin client on GROUP's topic TOPIC (which must hold
+// records): createTopics (TOPIC-admin, 2 partitions), describeConfigs,
+// fetchTopicOffsets, describeGroups, listGroups, deleteTopicRecords
+// (partition 0 up to offset 1), deleteTopics (TOPIC-admin); prints
+// "ADMIN <step> ok" per step and exits 1 at the first that fails.
+//
 // COMPAT_DEBUG=1 logs at DEBUG to stderr: every request with its API
 // version ("Request Produce(key: 0, version: 7)").
 const { Kafka, logLevel } = require('kafkajs');
@@ -24,6 +30,9 @@ function value(keys, i) {
   return [key, key + '-' + String(i).padStart(6, '0')];
 }
 
+// json is JSON.stringify that writes BigInts (offsets) as strings.
+const json = (v) => JSON.stringify(v, (_, x) => (typeof x === 'bigint' ? x.toString() : x));
+
 function kafka(bootstrap) {
   return new Kafka({
     clientId: 'compat-kafkajs',
@@ -31,7 +40,7 @@ function kafka(bootstrap) {
     logLevel: process.env.COMPAT_DEBUG ? logLevel.DEBUG : logLevel.WARN,
     logCreator: () => ({ namespace, level, label, log }) => {
       const { message, ...extra } = log;
-      process.stderr.write(`${label} [${namespace}] ${message} ${JSON.stringify(extra)}\n`);
+      process.stderr.write(`${label} [${namespace}] ${message} ${json(extra)}\n`);
     },
     retry: { retries: 10 },
   });
@@ -95,11 +104,39 @@ async function consume(bootstrap, topic, group, expect) {
   return 0;
 }
 
+async function admin(bootstrap, topic, group) {
+  const adm = kafka(bootstrap).admin();
+  await adm.connect();
+  const fresh = topic + '-admin';
+  const steps = [
+    ['createTopics', () => adm.createTopics({ waitForLeaders: true, topics: [{ topic: fresh, numPartitions: 2, replicationFactor: 3 }] })],
+    ['describeConfigs', () => adm.describeConfigs({ includeSynonyms: false, resources: [{ type: 2, name: topic }] })],
+    ['fetchTopicOffsets', () => adm.fetchTopicOffsets(topic)],
+    ['describeGroups', () => adm.describeGroups([group])],
+    ['listGroups', () => adm.listGroups()],
+    ['deleteTopicRecords', () => adm.deleteTopicRecords({ topic, partitions: [{ partition: 0, offset: '1' }] })],
+    ['deleteTopics', () => adm.deleteTopics({ topics: [fresh] })],
+  ];
+  for (const [name, fn] of steps) {
+    try {
+      const r = await fn();
+      console.log(`ADMIN ${name} ok ${json(r === undefined ? null : r).slice(0, 300)}`);
+    } catch (e) {
+      console.log(`ADMIN ${name} failed ${e}`);
+      await adm.disconnect();
+      return 1;
+    }
+  }
+  await adm.disconnect();
+  return 0;
+}
+
 async function main() {
   const [mode, bootstrap, topic, a, b] = process.argv.slice(2);
   if (mode === 'produce') return produce(bootstrap, topic, Number(a), Number(b));
   if (mode === 'consume') return consume(bootstrap, topic, a, Number(b));
-  console.error('usage: node client.js produce BOOTSTRAP TOPIC COUNT KEYS | consume BOOTSTRAP TOPIC GROUP EXPECT');
+  if (mode === 'admin') return admin(bootstrap, topic, a);
+  console.error('usage: node client.js produce BOOTSTRAP TOPIC COUNT KEYS | consume BOOTSTRAP TOPIC GROUP EXPECT | admin BOOTSTRAP TOPIC GROUP');
   return 2;
 }
 
