@@ -381,7 +381,10 @@ func (s *suite) kafkaConsumerGroups(t *testing.T) {
 	var got, want map[string]groupRow
 	err := eventually.Wait(30*time.Second, func() error {
 		got = parseGroupDescribe(run(t, 2*time.Minute, "", nil, name, args...))
-		want = s.tg.describeGroup(t, s.name("console-group"), s.name("console"))
+		var err error
+		if want, err = s.tg.describeGroup(t, s.name("console-group"), s.name("console")); err != nil {
+			return err
+		}
 		if len(got) == 0 || fmtRows(got) != fmtRows(want) {
 			return fmt.Errorf("differs")
 		}
@@ -487,15 +490,25 @@ func (s *suite) javaGroup(t *testing.T) {
 	needJava(t)
 	topic, group, n := s.name("java-group"), s.name("java-group"), 1200
 	s.tg.createTopic(t, topic, 6)
-	if acked := s.javaProduce(t, topic, n, 12); len(acked) != n {
-		failf(t, "filling %s: %d of %d acknowledged", topic, len(acked), n)
-	}
-	stored := s.storedAtLeast(t, topic, n)
+	// Both members join the empty topic first, so that the group has
+	// settled on two members with partitions each when records flow.
 	var members []*proc
 	for _, m := range []string{"a", "b"} {
 		name, args := javaCmd(javaPrograms(t), "CooperativeConsumer", s.tg.bootstrap, topic, group, m, "10")
 		members = append(members, startProc(t, nil, name, args...))
 	}
+	waitFor(t, 2*time.Minute, "both members with partitions", func() string {
+		for i, m := range members {
+			if owned(m.output()) == 0 {
+				return fmt.Sprintf("member %d owns no partition", i)
+			}
+		}
+		return ""
+	})
+	if acked := s.javaProduce(t, topic, n, 12); len(acked) != n {
+		failf(t, "filling %s: %d of %d acknowledged", topic, len(acked), n)
+	}
+	stored := s.storedAtLeast(t, topic, n)
 	handled := func() int {
 		c := 0
 		for _, m := range members {
@@ -534,6 +547,31 @@ func (s *suite) javaGroup(t *testing.T) {
 		failf(t, "%v", err)
 	}
 	s.tg.requireCaughtUp(t, group, topic)
+}
+
+// owned is how many partitions a CooperativeConsumer owns after the lines
+// it printed: ASSIGNED [t-0, t-1] adds (cooperative rebalances print only
+// what changes), REVOKED and LOST remove.
+func owned(out []byte) int {
+	set := map[string]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		word, list, ok := strings.Cut(l, " ")
+		if !ok || !strings.HasPrefix(list, "[") {
+			continue
+		}
+		for _, tp := range strings.Split(strings.Trim(list, "[]"), ",") {
+			if tp = strings.TrimSpace(tp); tp == "" {
+				continue
+			}
+			switch word {
+			case "ASSIGNED":
+				set[tp] = true
+			case "REVOKED", "LOST":
+				delete(set, tp)
+			}
+		}
+	}
+	return len(set)
 }
 
 // produceThenConsume is the check of the script clients: produce records

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -276,20 +277,27 @@ func parseGroupDescribe(out []byte) map[string]groupRow {
 }
 
 // describeGroup is the target's own view of group's offsets on topic:
-// `cluster groups describe`, or kadm's committed and end offsets.
-func (tg *target) describeGroup(t *testing.T, group, topic string) map[string]groupRow {
+// `cluster groups describe`, or kadm's committed and end offsets (an
+// error from those is returned, for the caller to retry).
+func (tg *target) describeGroup(t *testing.T, group, topic string) (map[string]groupRow, error) {
 	t.Helper()
 	if tg.tapes() {
-		return parseGroupDescribe(tg.cli(t, "groups", "describe", group))
+		return parseGroupDescribe(tg.cli(t, "groups", "describe", group)), nil
 	}
 	ctx := ctxFor(t, 30*time.Second)
 	committed, err := tg.adm.FetchOffsets(ctx, group)
+	if err == nil {
+		err = committed.Error()
+	}
 	if err != nil {
-		failf(t, "committed offsets of %s: %v", group, err)
+		return nil, fmt.Errorf("committed offsets of %s: %w", group, err)
 	}
 	ends, err := tg.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
 	if err != nil {
-		failf(t, "end offsets of %s: %v", topic, err)
+		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
 	}
 	rows := map[string]groupRow{}
 	ends.Each(func(o kadm.ListedOffset) {
@@ -299,7 +307,7 @@ func (tg *target) describeGroup(t *testing.T, group, topic string) map[string]gr
 		}
 		rows[fmt.Sprintf("%s-%d", topic, o.Partition)] = row
 	})
-	return rows
+	return rows, nil
 }
 
 // requireCaughtUp fails unless group has committed the log end of every
@@ -307,8 +315,11 @@ func (tg *target) describeGroup(t *testing.T, group, topic string) map[string]gr
 func (tg *target) requireCaughtUp(t *testing.T, group, topic string) {
 	t.Helper()
 	var last map[string]groupRow
-	err := eventually.Wait(30*time.Second, func() error {
-		last = tg.describeGroup(t, group, topic)
+	err := eventually.Wait(60*time.Second, func() error {
+		var err error
+		if last, err = tg.describeGroup(t, group, topic); err != nil {
+			return err
+		}
 		for tp, r := range last {
 			if r.LogEnd != "0" && r.Lag != "0" {
 				return fmt.Errorf("%s: %+v", tp, r)
@@ -398,6 +409,8 @@ func (tg *target) restartExternal(t *testing.T, id int32) {
 		failf(t, "COMPAT_BROKER_RESTART printed %q, not a PID last", out)
 	}
 	tg.pids[id] = pid
+	// Kafka lists a killed broker until its session times out, so being
+	// listed is not enough: its Kafka port must accept again.
 	eventually.Nil(t, 3*time.Minute, fmt.Sprintf("broker %d back", id), func() error {
 		bs, err := tg.adm.ListBrokers(ctxFor(t, 10*time.Second))
 		if err != nil {
@@ -405,7 +418,11 @@ func (tg *target) restartExternal(t *testing.T, id int32) {
 		}
 		for _, b := range bs {
 			if b.NodeID == id {
-				return nil
+				c, err := net.DialTimeout("tcp", net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))), 2*time.Second)
+				if err != nil {
+					return err
+				}
+				return c.Close()
 			}
 		}
 		return fmt.Errorf("not listed")
