@@ -294,7 +294,10 @@ func (s *suite) kafkaTopicsDescribe(t *testing.T) {
 func (s *suite) kcatProduce(t *testing.T) {
 	needKcat(t)
 	input, sent := keyedLines(kcatRecords, 6)
-	_, errb, err := runErr(t, 2*time.Minute, input, nil, "kcat", "-P", "-b", s.tg.bootstrap, "-t", s.name("kcat"), "-K:", "-X", "acks=all")
+	_, errb, err := runErr(t, 2*time.Minute, input, nil, "kcat", "-P", "-b", s.tg.bootstrap, "-t", s.name("kcat"), "-K:", "-X", "acks=all",
+		// A record not delivered within a minute fails kcat (exit 1) rather
+		// than waiting for librdkafka's default five.
+		"-X", "message.timeout.ms=60000")
 	if err != nil || strings.Contains(string(errb), "ERROR") || strings.Contains(string(errb), "failed") {
 		failf(t, "kcat -P: %v: %s", err, tail(errb))
 	}

@@ -135,7 +135,8 @@ func run(t *testing.T, d time.Duration, stdin string, env []string, name string,
 	t.Helper()
 	out, errb, err := runErr(t, d, stdin, env, name, args...)
 	if err != nil {
-		failf(t, "%s: %v: %s", short(name, args), err, tail(errb))
+		// Kafka's tools print their error on stdout.
+		failf(t, "%s: %v: %s", short(name, args), err, tail(append(append(errb, '\n'), out...)))
 	}
 	return out
 }
@@ -184,7 +185,7 @@ func short(name string, args []string) string {
 			skip = true
 			continue
 		}
-		if strings.HasPrefix(a, "-X") || strings.HasPrefix(a, "-Dorg.slf4j") {
+		if strings.HasPrefix(a, "-Xmx") || strings.HasPrefix(a, "-XX:") || strings.HasPrefix(a, "-Dorg.slf4j") {
 			continue
 		}
 		s = append(s, a)
@@ -192,9 +193,15 @@ func short(name string, args []string) string {
 	return filepath.Base(name) + " " + strings.Join(s, " ")
 }
 
-// tail is the last lines of b, for a one-line reason.
+// tail is the last lines of b, for a one-line reason, without slf4j's
+// notes about itself.
 func tail(b []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "SLF4J:") {
+			lines = append(lines, l)
+		}
+	}
 	if len(lines) > 4 {
 		lines = lines[len(lines)-4:]
 	}

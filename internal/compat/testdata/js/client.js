@@ -65,6 +65,7 @@ async function produce(bootstrap, topic, count, keys) {
     } catch (e) {
       failed += batch.length;
       for (const m of batch) console.error(`ERR ${m.key} ${m.value} ${e}`);
+      break; // the rest would fail the same way
     }
   }
   await producer.disconnect();
@@ -140,4 +141,4 @@ async function main() {
   return 2;
 }
 
-main().then((code) => process.exit(code), (e) => { console.error(e); process.exit(1); });
+main().then((code) => process.exit(code), (e) => { console.error(`client.js: ${e}`); process.exit(1); });

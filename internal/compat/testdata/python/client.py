@@ -33,30 +33,44 @@ def confluent_produce(a):
     import confluent_kafka
 
     print("librdkafka %s, confluent-kafka %s" % (confluent_kafka.libversion()[0], confluent_kafka.version()[0]), file=sys.stderr)
-    conf = {"bootstrap.servers": a.bootstrap, "acks": "all", "enable.idempotence": True, "client.id": "compat-confluent"}
+    conf = {
+        "bootstrap.servers": a.bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "client.id": "compat-confluent",
+        # A fatal error (an idempotent producer the broker cannot serve)
+        # is said once, on one line, before the calls below raise it.
+        "error_cb": lambda err: print("ERR client: %s" % err, file=sys.stderr, flush=True),
+    }
     if os.environ.get("COMPAT_DEBUG"):
         conf["debug"] = os.environ["COMPAT_DEBUG"]
     p = confluent_kafka.Producer(conf)
     failed = []
 
-    def done(err, msg):
-        key, value = msg.key().decode(), msg.value().decode()
+    def done(err, msg, key, value):
+        # key and value come from the closure: a message failed by a fatal
+        # error may not give its own back.
         if err is not None:
             failed.append(value)
             print("ERR %s %s %s" % (key, value, err), file=sys.stderr)
         else:
             print("ACK %d %d %s %s" % (msg.partition(), msg.offset(), key, value), flush=True)
 
-    for i in range(a.count):
-        key, value = value_of(a.keys, i)
-        while True:
-            try:
-                p.produce(a.topic, key=key.encode(), value=value.encode(), on_delivery=done)
-                break
-            except BufferError:
-                p.poll(0.1)
-        p.poll(0)
-    left = p.flush(120)
+    try:
+        for i in range(a.count):
+            key, value = value_of(a.keys, i)
+            while True:
+                try:
+                    p.produce(a.topic, key=key.encode(), value=value.encode(),
+                              on_delivery=lambda err, msg, k=key, v=value: done(err, msg, k, v))
+                    break
+                except BufferError:
+                    p.poll(0.1)
+            p.poll(0)
+        left = p.flush(120)
+    except Exception as e:  # a fatal error raised through poll or flush
+        print("ERR producer stopped: %s: %s" % (type(e).__name__, e.__cause__ or e), file=sys.stderr)
+        return 1
     if left:
         print("ERR %d records never acknowledged" % left, file=sys.stderr)
     return 0 if not failed and not left else 1
