@@ -98,25 +98,16 @@ func CheckProduced(acked, stored []Record) error {
 			}
 		}
 	}
-	var errs []error
-	if len(lost) > 0 {
-		errs = append(errs, fmt.Errorf("%d acknowledged records lost: %s", len(lost), few(lost)))
-	}
-	if len(dup) > 0 {
-		errs = append(errs, fmt.Errorf("%d records duplicated: %s", len(dup), few(dup)))
-	}
-	if len(moved) > 0 {
-		errs = append(errs, fmt.Errorf("%d acknowledgements name another record's place: %s", len(moved), few(moved)))
-	}
-	if err := checkKeyOrder(stored); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return report(
+		problem{"acknowledged records lost", lost},
+		problem{"records duplicated", dup},
+		problem{"acknowledgements name another record's place", moved},
+		problem{"records out of their key's order", outOfKeyOrder(stored)})
 }
 
-// checkKeyOrder: within each partition, in offset order, each key's
-// sequence numbers increase.
-func checkKeyOrder(stored []Record) error {
+// outOfKeyOrder lists the records that break: within each partition, in
+// offset order, each key's sequence numbers increase.
+func outOfKeyOrder(stored []Record) []string {
 	byPart := map[int32][]Record{}
 	for _, r := range stored {
 		byPart[r.Partition] = append(byPart[r.Partition], r)
@@ -136,11 +127,7 @@ func checkKeyOrder(stored []Record) error {
 			last[r.Key] = r
 		}
 	}
-	if len(bad) > 0 {
-		sort.Strings(bad)
-		return fmt.Errorf("%d records out of their key's order: %s", len(bad), few(bad))
-	}
-	return nil
+	return bad
 }
 
 // CheckConsumed reports how the records handled by a group's members (one
@@ -178,18 +165,28 @@ func CheckConsumed(stored []Record, members ...[]Record) error {
 			missing = append(missing, r.String())
 		}
 	}
+	return report(
+		problem{fmt.Sprintf("of %d stored records never handled", len(stored)), missing},
+		problem{"records handled twice", dup},
+		problem{"records handled that are not stored so", foreign},
+		problem{"records handled out of offset order", back})
+}
+
+// problem is one way a client broke its promise, with the records that
+// show it.
+type problem struct {
+	what  string
+	items []string
+}
+
+// report joins "N WHAT: the first three" for each problem that has items;
+// nil when none has.
+func report(ps ...problem) error {
 	var errs []error
-	if len(missing) > 0 {
-		errs = append(errs, fmt.Errorf("%d of %d stored records never handled: %s", len(missing), len(stored), few(missing)))
-	}
-	if len(dup) > 0 {
-		errs = append(errs, fmt.Errorf("%d records handled twice: %s", len(dup), few(dup)))
-	}
-	if len(foreign) > 0 {
-		errs = append(errs, fmt.Errorf("%d records handled that are not stored so: %s", len(foreign), few(foreign)))
-	}
-	if len(back) > 0 {
-		errs = append(errs, fmt.Errorf("%d records handled out of offset order: %s", len(back), few(back)))
+	for _, p := range ps {
+		if len(p.items) > 0 {
+			errs = append(errs, fmt.Errorf("%d %s: %s", len(p.items), p.what, few(p.items)))
+		}
 	}
 	return errors.Join(errs...)
 }

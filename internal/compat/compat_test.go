@@ -18,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/tapes-dev/tapes/internal/clitext"
 	"github.com/tapes-dev/tapes/internal/eventually"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
@@ -244,7 +245,7 @@ func (s *suite) kcatMetadata(t *testing.T) {
 		for _, x := range p.Isrs {
 			i = append(i, x.ID)
 		}
-		got[p.Partition] = partRow{strconv.Itoa(int(p.Leader)), ids(r), ids(i)}
+		got[p.Partition] = partRow{strconv.Itoa(int(p.Leader)), clitext.BrokerList(r), clitext.BrokerList(i)}
 	}
 	s.sameAsDescribe(t, "kcat -L", s.name("kcat"), got)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tapes-dev/tapes/internal/clitext"
 	"github.com/tapes-dev/tapes/internal/eventually"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
@@ -231,20 +232,9 @@ func (tg *target) describeTopic(t *testing.T, topic string) (map[int32]partRow, 
 		if pd.Leader >= 0 {
 			leader = strconv.Itoa(int(pd.Leader))
 		}
-		rows[p] = partRow{leader, ids(pd.Replicas), ids(pd.ISR)}
+		rows[p] = partRow{leader, clitext.BrokerList(pd.Replicas), clitext.BrokerList(pd.ISR)}
 	}
 	return rows, nil
-}
-
-func ids(s []int32) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	out := make([]string, len(s))
-	for i, id := range s {
-		out[i] = strconv.Itoa(int(id))
-	}
-	return strings.Join(out, ",")
 }
 
 // groupRow is one partition of a group's offsets, as kafka-consumer-groups
