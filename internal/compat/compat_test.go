@@ -81,6 +81,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() string) {
 type suite struct {
 	tg                      *target
 	suffix                  string // of every topic and group name
+	kcatFilled              bool   // kcatReadTopic's topic is there
 	passed, failed, skipped int
 }
 
@@ -311,10 +312,23 @@ func (s *suite) kcatProduce(t *testing.T) {
 // kcatFormat prints each record as the REC lines CheckConsumed reads.
 const kcatFormat = `REC %p %o %k %s\n`
 
+// kcatReadTopic is the topic kcat -C and -G read: written by the
+// target's own producer (fill), so that they do not hang on kcat -P.
+func (s *suite) kcatReadTopic(t *testing.T) (string, []Record) {
+	t.Helper()
+	topic := s.name("kcat-read")
+	if !s.kcatFilled {
+		s.tg.createTopic(t, topic, 3)
+		s.tg.fill(t, topic, 3, kcatRecords, 6)
+		s.kcatFilled = true
+	}
+	return topic, s.storedAtLeast(t, topic, kcatRecords)
+}
+
 func (s *suite) kcatConsume(t *testing.T) {
 	needKcat(t)
-	stored := s.storedAtLeast(t, s.name("kcat"), kcatRecords)
-	out := run(t, 2*time.Minute, "", nil, "kcat", "-C", "-b", s.tg.bootstrap, "-t", s.name("kcat"), "-o", "beginning", "-e", "-q", "-f", kcatFormat)
+	topic, stored := s.kcatReadTopic(t)
+	out := run(t, 2*time.Minute, "", nil, "kcat", "-C", "-b", s.tg.bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", kcatFormat)
 	handled, err := ParseLines(out, "REC")
 	if err == nil {
 		err = CheckConsumed(stored, handled)
@@ -326,9 +340,9 @@ func (s *suite) kcatConsume(t *testing.T) {
 
 func (s *suite) kcatGroup(t *testing.T) {
 	needKcat(t)
-	stored := s.storedAtLeast(t, s.name("kcat"), kcatRecords)
+	topic, stored := s.kcatReadTopic(t)
 	group := s.name("kcat-group")
-	out := run(t, 2*time.Minute, "", nil, "kcat", "-b", s.tg.bootstrap, "-G", group, "-X", "auto.offset.reset=earliest", "-e", "-q", "-f", kcatFormat, s.name("kcat"))
+	out := run(t, 2*time.Minute, "", nil, "kcat", "-b", s.tg.bootstrap, "-G", group, "-X", "auto.offset.reset=earliest", "-e", "-q", "-f", kcatFormat, topic)
 	handled, err := ParseLines(out, "REC")
 	if err == nil {
 		err = CheckConsumed(stored, handled)
@@ -336,7 +350,7 @@ func (s *suite) kcatGroup(t *testing.T) {
 	if err != nil {
 		failf(t, "%v", err)
 	}
-	s.tg.requireCaughtUp(t, group, s.name("kcat"))
+	s.tg.requireCaughtUp(t, group, topic)
 }
 
 // consoleLine is a record as kafka-console-consumer prints it with
@@ -447,17 +461,6 @@ func (tg *target) recordCount(t *testing.T, topic string) int64 {
 	return n
 }
 
-// javaProduce runs IdempotentProducer to completion (no fault).
-func (s *suite) javaProduce(t *testing.T, topic string, n, keys int) []Record {
-	t.Helper()
-	name, args := javaCmd(javaPrograms(t), "IdempotentProducer", s.tg.bootstrap, topic, strconv.Itoa(n), strconv.Itoa(keys), "0")
-	acked, err := ParseLines(run(t, 3*time.Minute, "", nil, name, args...), "ACK")
-	if err != nil {
-		failf(t, "%v", err)
-	}
-	return acked
-}
-
 func (s *suite) javaProducer(t *testing.T) {
 	needJava(t)
 	topic, n := s.name("java-producer"), 3000
@@ -509,9 +512,9 @@ func (s *suite) javaGroup(t *testing.T) {
 		}
 		return ""
 	})
-	if acked := s.javaProduce(t, topic, n, 12); len(acked) != n {
-		failf(t, "filling %s: %d of %d acknowledged", topic, len(acked), n)
-	}
+	// The target's own producer fills the topic: the group needs Fetch
+	// and the group APIs, not Kafka's Produce.
+	s.tg.fill(t, topic, 6, n, 12)
 	stored := s.storedAtLeast(t, topic, n)
 	handled := func() int {
 		c := 0

@@ -25,6 +25,7 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/clitext"
 	"github.com/tapes-dev/tapes/internal/eventually"
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
@@ -192,6 +193,46 @@ func (tg *target) readBack(t *testing.T, topic string) []Record {
 		})
 	}
 	return recs
+}
+
+// fill writes n records (record i: key k<i%keys>, value KEY-<i, 6
+// digits>, partition i%partitions) with the target's own producer: tapes'
+// gRPC Produce, or franz-go's against COMPAT_BOOTSTRAP. So a consumer's
+// check needs no Kafka producer, and a record written by tapes' own path
+// is read by the Kafka clients.
+func (tg *target) fill(t *testing.T, topic string, partitions int32, n, keys int) {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	_, recs := keyedLines(n, keys)
+	if tg.tapes() {
+		byPart := map[int32][]*tapesv1.Record{}
+		for i, r := range recs {
+			p := int32(i) % partitions
+			byPart[p] = append(byPart[p], &tapesv1.Record{Key: []byte(r.Key), Value: []byte(r.Value)})
+		}
+		for p, rs := range byPart {
+			for len(rs) > 0 {
+				k := min(len(rs), 100)
+				if _, err := tg.env.Client.Produce(ctx, &tapesv1.ProduceRequest{Topic: topic, Partition: p, Acks: -1, Records: rs[:k]}); err != nil {
+					failf(t, "filling %s-%d through gRPC: %v", topic, p, err)
+				}
+				rs = rs[k:]
+			}
+		}
+		return
+	}
+	var krs []*kgo.Record
+	for i, r := range recs {
+		krs = append(krs, &kgo.Record{Topic: topic, Partition: int32(i) % partitions, Key: []byte(r.Key), Value: []byte(r.Value)})
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(tg.bootstrap, ",")...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, krs...).FirstErr(); err != nil {
+		failf(t, "filling %s through franz-go: %v", topic, err)
+	}
 }
 
 // partRow is one partition of a topic description, as kafka-topics
