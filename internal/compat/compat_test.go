@@ -196,6 +196,13 @@ func (s *suite) storedAtLeast(t *testing.T, topic string, n int) []Record {
 func (s *suite) kcatMetadata(t *testing.T) {
 	needKcat(t)
 	s.tg.createTopic(t, s.name("kcat"), 3)
+	s.sameAsDescribe(t, "kcat -L", s.name("kcat"), func() map[int32]partRow { return s.kcatView(t) })
+}
+
+// kcatView is kcat -L -J's view of the kcat topic; it fails t when kcat
+// does not list every broker's Kafka listener.
+func (s *suite) kcatView(t *testing.T) map[int32]partRow {
+	t.Helper()
 	out := run(t, time.Minute, "", nil, "kcat", "-L", "-J", "-b", s.tg.bootstrap, "-t", s.name("kcat"))
 	var md struct {
 		Brokers []struct {
@@ -248,28 +255,32 @@ func (s *suite) kcatMetadata(t *testing.T) {
 		}
 		got[p.Partition] = partRow{strconv.Itoa(int(p.Leader)), clitext.BrokerList(r), clitext.BrokerList(i)}
 	}
-	s.sameAsDescribe(t, "kcat -L", s.name("kcat"), got)
+	return got
 }
 
-// sameAsDescribe fails t unless rows (a client's view of topic's
-// partitions) equal the target's own description; ISR as sets (kcat
-// lists it in the order Metadata has it, tapes' CLI too).
-func (s *suite) sameAsDescribe(t *testing.T, who, topic string, rows map[int32]partRow) {
+// sameAsDescribe fails t unless a client's view of topic's partitions
+// (view, run again on each try: right after a topic is created, the
+// broker answering may not know its ISR yet, in Kafka too) equals the
+// target's own description; ISR as sets (clients list it in Metadata's
+// order). Each differing try is logged.
+func (s *suite) sameAsDescribe(t *testing.T, who, topic string, view func() map[int32]partRow) {
 	t.Helper()
-	var want map[int32]partRow
-	err := eventually.Wait(20*time.Second, func() error {
-		var err error
-		if want, err = s.tg.describeTopic(t, topic); err != nil {
+	err := eventually.Wait(30*time.Second, func() error {
+		want, err := s.tg.describeTopic(t, topic)
+		if err != nil {
 			return err
 		}
+		rows := view()
 		if len(rows) != len(want) {
 			return fmt.Errorf("%d partitions, want %d", len(rows), len(want))
 		}
 		for p, w := range want {
 			g := rows[p]
 			if g.Leader != w.Leader || g.Replicas != w.Replicas || sortedIDs(g.Isr) != sortedIDs(w.Isr) {
-				return fmt.Errorf("partition %d: leader %s replicas %s isr %s, want leader %s replicas %s isr %s",
+				err := fmt.Errorf("partition %d: leader %s replicas %s isr %s, want leader %s replicas %s isr %s",
 					p, g.Leader, g.Replicas, g.Isr, w.Leader, w.Replicas, w.Isr)
+				t.Logf("%s: %v", who, err)
+				return err
 			}
 		}
 		return nil
@@ -289,8 +300,9 @@ func (s *suite) kafkaTopicsDescribe(t *testing.T) {
 	needJava(t)
 	s.tg.createTopic(t, s.name("topics"), 3)
 	name, args := javaCmd("", topicCommand, "--bootstrap-server", s.tg.bootstrap, "--describe", "--topic", s.name("topics"))
-	rows := parseTopicDescribe(run(t, 2*time.Minute, "", nil, name, args...))
-	s.sameAsDescribe(t, "kafka-topics --describe", s.name("topics"), rows)
+	s.sameAsDescribe(t, "kafka-topics --describe", s.name("topics"), func() map[int32]partRow {
+		return parseTopicDescribe(run(t, 2*time.Minute, "", nil, name, args...))
+	})
 }
 
 func (s *suite) kcatProduce(t *testing.T) {
