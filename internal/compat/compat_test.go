@@ -488,7 +488,7 @@ func (s *suite) javaProducer(t *testing.T) {
 		return fmt.Sprintf("%d acknowledged", p.lines("ACK"))
 	})
 	if p.exited() {
-		failf(t, "the producer exited after %d acknowledgements: %v: %s", p.lines("ACK"), p.err, tail(p.errb.Bytes()))
+		failf(t, "the producer exited after %d acknowledgements: %v: %s", p.lines("ACK"), p.err, why(p.errb.Bytes()))
 	}
 	restart := s.tg.killLeader(t, topic, 0)
 	err := p.wait(4 * time.Minute)
@@ -602,7 +602,7 @@ func (s *suite) produceThenConsume(t *testing.T, topic string, n int, env []stri
 	out, errb, err := runErr(t, 3*time.Minute, "", env, produce[0], produce[1:]...)
 	acked, perr := ParseLines(out, "ACK")
 	if err != nil || perr != nil {
-		failf(t, "producing: %v %v (%d of %d acknowledged): %s", err, perr, len(acked), n, tail(errb))
+		failf(t, "producing: %v %v (%d of %d acknowledged): %s", err, perr, len(acked), n, why(errb))
 	}
 	if len(acked) != n {
 		failf(t, "producing: %d of %d acknowledged", len(acked), n)

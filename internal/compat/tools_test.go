@@ -212,6 +212,18 @@ func tail(b []byte) string {
 	return s
 }
 
+// why is the reason a client program's stderr gives: its first ERR line
+// (the programs of testdata/ print one per failed record), which the
+// client library's later warnings would push out of tail; else tail.
+func why(stderr []byte) string {
+	for _, l := range strings.Split(string(stderr), "\n") {
+		if strings.HasPrefix(l, "ERR ") {
+			return l
+		}
+	}
+	return tail(stderr)
+}
+
 // proc is a client program running in the background, its stdout
 // collected line by line.
 type proc struct {
