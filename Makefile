@@ -6,6 +6,9 @@
 #   make test      format and vet checks, generated-code drift check, every test (-race)
 #   make bench     throughput, latency, failover and idle-CPU figures, with the disk's fsync
 #                  rate and each broker's fsyncs/s, CPU and profile per row (minutes)
+#   make compat    the Kafka clients people use (Kafka's tools and Java client, kcat,
+#                  confluent-kafka, kafka-python, KafkaJS) against a fresh cluster, one line
+#                  per client; .ci/compat-deps installs them (COMPAT_BOOTSTRAP: another Kafka)
 #   make chaos     every chaos experiment once, then a 10-minute nemesis (reports in .tapes/runs/)
 #   make proto     regenerate internal/gen from proto/ with buf (run through `go run`)
 
@@ -17,7 +20,7 @@ GOTEST    ?= go test
 # test cache cannot see; a cached pass could hide a change to them.
 TESTFLAGS ?= -race -count=1 -timeout 14m
 
-.PHONY: all build cluster cluster-netns test check proto proto-check lint-proto bench chaos clean
+.PHONY: all build cluster cluster-netns test check proto proto-check lint-proto bench compat chaos clean
 
 all: build
 
@@ -57,6 +60,11 @@ proto-check:
 bench: build
 	TAPES_BENCH=1 $(GOTEST) -run '^TestBench' -v -timeout 60m ./internal/bench/
 	TAPES_STARTUP_ITERATIONS=20 $(GOTEST) -run '^TestStartupScriptNeverRaces$$' -v -timeout 30m ./internal/systest/
+
+# internal/compat, behind its build tag: one cluster, the clients one after
+# the other (each a JVM, Python or Node process on 2 cores: minutes).
+compat:
+	$(GOTEST) -tags compat -count=1 -v -timeout 40m ./internal/compat/
 
 # Each experiment on a fresh cluster; stops at the first whose expectation
 # does not hold. NEMESIS sets the long run's length.
