@@ -150,12 +150,13 @@ type scenario struct {
 	consumers [][]consumer.HistoryLine
 	log       map[int32][]LogRecord
 	logStart  map[int32]int64
+	txn       []string // transactional histories, already written
 }
 
 func (s scenario) run(t *testing.T) Result {
 	t.Helper()
 	dir := t.TempDir()
-	in := Input{ProducerHistories: []string{filepath.Join(dir, "producer.jsonl")}, Log: s.log, LogStart: s.logStart, Expect: Safe}
+	in := Input{ProducerHistories: []string{filepath.Join(dir, "producer.jsonl")}, Log: s.log, LogStart: s.logStart, TxnHistories: s.txn, Expect: Safe}
 	acks := s.acks
 	if acks == 0 {
 		acks = -1

@@ -51,8 +51,11 @@ type LSOHang struct {
 	From      time.Time `json:"from"`
 	To        time.Time `json:"to"`
 	Seconds   float64   `json:"seconds"`
-	// Moved is false when the last observation still showed the LSO there.
-	Moved bool `json:"moved"`
+	// Moved is false when the last observation still showed the LSO there
+	// with later offsets; Caught is true when the stretch ended with
+	// nothing above the LSO rather than with the LSO moving.
+	Moved  bool `json:"moved"`
+	Caught bool `json:"caught_up,omitempty"`
 }
 
 // tloc is a position in one of the topics of a transactional history.
@@ -438,7 +441,7 @@ func (t *txnAnalysis) duplicates() {
 			}
 			parts = append(parts, fmt.Sprintf("%s (read by %s, written by %s)", r.at, r.line.Process, who))
 		}
-		an.Detail = fmt.Sprintf("%s is at %d positions of committed output: %s", id, len(rs), strings.Join(parts, "; "))
+		an.Detail = fmt.Sprintf("read_committed readers read %s at %d positions: %s", id, len(rs), strings.Join(parts, "; "))
 		t.add(an)
 	}
 }
@@ -629,7 +632,7 @@ func (t *txnAnalysis) hungLSO(st *TxnStats) {
 			}
 			h := LSOHang{Reader: k.reader, Topic: k.topic, Partition: k.p, LSO: *ls[i].LSO, MaxHW: maxHW, From: ls[i].At, To: ls[j].At}
 			if j+1 < len(ls) {
-				h.To, h.Moved = ls[j+1].At, true
+				h.To, h.Moved, h.Caught = ls[j+1].At, true, *ls[j+1].LSO == h.LSO
 			}
 			h.Seconds = h.To.Sub(h.From).Seconds()
 			if st.LongestLSOHang == nil || h.Seconds > st.LongestLSOHang.Seconds {
@@ -651,7 +654,10 @@ func (t *txnAnalysis) addHang(h LSOHang) {
 		holder = fmt.Sprintf("; offset %d was written by transaction %s", h.LSO, w.label())
 	}
 	end := "until it moved at " + fmtAt(h.To)
-	if !h.Moved {
+	switch {
+	case h.Caught:
+		end = "until nothing was above it at " + fmtAt(h.To)
+	case !h.Moved:
 		end = "still there at the last observation, " + fmtAt(h.To)
 	}
 	an.Detail = fmt.Sprintf("read_committed reader %s stayed at LSO %d of topic %s partition %d for %.1f s (from %s, %s) while the high watermark was up to %d%s",
