@@ -72,7 +72,7 @@ func Check(ctx context.Context, in Input) (Result, error) {
 		a.sinkAnomalies(st)
 	}
 	for _, k := range Kinds {
-		if slices.Contains(sinkKinds, k) && !a.sinkChecked[k] || slices.Contains(txnKinds, k) && txn == nil {
+		if slices.Contains(sinkKinds, k) && !a.sinkChecked[k] || slices.Contains(TxnKinds, k) && txn == nil {
 			continue
 		}
 		c := a.found[k]

@@ -351,7 +351,7 @@ func TestCheckFindsEachAnomaly(t *testing.T) {
 			res := c.s.run(t)
 			for _, k := range Kinds {
 				n, checked := res.Counts[k]
-				if slices.Contains(sinkKinds, k) || slices.Contains(txnKinds, k) {
+				if slices.Contains(sinkKinds, k) || slices.Contains(TxnKinds, k) {
 					if checked {
 						t.Errorf("%s checked without a sink or transactional histories", k)
 					}

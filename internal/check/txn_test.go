@@ -374,7 +374,7 @@ func TestReadTxnHistoryErrors(t *testing.T) {
 	cases := []struct {
 		name, text, want string
 	}{
-		{"not JSON", "{", "line 1"},
+		{"not JSON, then a line", "{\n" + `{"type":"isolation","process":"p","isolation":"read_committed"}`, "line 1"},
 		{"unknown type", `{"type":"nope","process":"p"}`, `unknown line type "nope"`},
 		{"no process", `{"type":"begin","txn":"t"}`, "without process"},
 		{"send without offset", `{"type":"send","process":"p","txn":"t","event_id":"e","partition":0,"status":"ok"}`, "a send line without offset"},
@@ -399,5 +399,44 @@ func TestReadTxnHistoryErrors(t *testing.T) {
 				t.Errorf("error %v, want one naming %s and containing %q", err, path, c.want)
 			}
 		})
+	}
+}
+
+// A writer killed mid-line leaves a torn last line: ignored, the lines
+// before it read.
+func TestReadTxnHistoryTornLastLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "txn.jsonl")
+	text := `{"type":"begin","process":"p","txn":"t/0/1"}` + "\n" + `{"type":"end","process":"p","txn":"t/0/1","outc`
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := ReadTxnHistory(path)
+	if err != nil || len(lines) != 1 || lines[0].Type != TxnBegin {
+		t.Fatalf("lines %+v err %v, want the begin line only", lines, err)
+	}
+	if err := os.WriteFile(path, []byte(text+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadTxnHistory(path); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("a bad line ended by a newline: error %v, want one naming line 2", err)
+	}
+}
+
+// ExactlyOnce fails on the transactional anomalies and passes the clean
+// pipeline, whose external duplicates and LSO stretches it only reports.
+func TestExactlyOnce(t *testing.T) {
+	clean := runTxn(t, replace(baseTxnFiles(), 5, append(baseSMS(), tEffect("sms", "in-2"))), time.Second)
+	if ok, why := clean.Meets(ExactlyOnce); !ok || clean.Counts[ExternalDuplicate] != 1 || clean.Counts[HungLSO] != 1 {
+		t.Errorf("clean pipeline: meets %v (why %q), external-duplicate %d, hung-lso %d; want true, 1, 1",
+			ok, why, clean.Counts[ExternalDuplicate], clean.Counts[HungLSO])
+	}
+	g1a := runTxn(t, append(baseTxnFiles(), slices.Concat(
+		[]TxnLine{tBegin("p2", "u/0/1"), tStep("p2", "u/0/1", TxnInput{Topic: "out", Partition: 0, Offset: 3, EventID: "out-2"})},
+		tCommit("p2", "u/0/1"))), 0)
+	if ok, why := g1a.Meets(ExactlyOnce); ok || !reflect.DeepEqual(why, []string{"G1a = 1 (must be 0)"}) {
+		t.Errorf("G1a pipeline: meets %v why %q, want false for G1a only", ok, why)
+	}
+	if Expectations["exactly-once"].Name != ExactlyOnce.Name {
+		t.Error("exactly-once is not a named expectation")
 	}
 }

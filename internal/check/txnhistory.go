@@ -113,9 +113,11 @@ type TxnInput struct {
 	EventID   string `json:"event_id"`
 }
 
-// ReadTxnHistory reads a transactional history file. It fails on the first
-// line that is not JSON, has an unknown type, or lacks a field its type
-// requires, naming the file, the line and the field.
+// ReadTxnHistory reads a transactional history file. A torn last line (not
+// ended by a newline, not JSON: the writer was killed mid-write) is
+// ignored, as the producer and consumer histories' readers do. It fails on
+// any other line that is not JSON, has an unknown type, or lacks a field
+// its type requires, naming the file, the line and the field.
 func ReadTxnHistory(path string) ([]TxnLine, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -131,6 +133,9 @@ func ReadTxnHistory(path string) ([]TxnLine, error) {
 		}
 		var l TxnLine
 		if err := json.Unmarshal(raw, &l); err != nil {
+			if torn := !bytes.HasSuffix(b, []byte("\n")) && !sc.Scan(); torn {
+				break
+			}
 			return nil, fmt.Errorf("transactional history %s: line %d: %w", path, n, err)
 		}
 		if err := l.validate(); err != nil {
