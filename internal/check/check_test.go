@@ -176,6 +176,25 @@ func (s scenario) run(t *testing.T) Result {
 	return res
 }
 
+// assertFirst checks that the first anomaly listed of each kind of first
+// is the one given (detail aside), and has a detail.
+func assertFirst(t *testing.T, res Result, first map[string]Anomaly) {
+	t.Helper()
+	for k, want := range first {
+		i := slices.IndexFunc(res.Anomalies, func(a Anomaly) bool { return a.Kind == k })
+		if i < 0 {
+			t.Errorf("no %s anomaly listed", k)
+			continue
+		}
+		if got := trimmed(res.Anomalies[i]); !reflect.DeepEqual(got, want) {
+			t.Errorf("first %s:\n got %+v\nwant %+v", k, got, want)
+		}
+		if res.Anomalies[i].Detail == "" {
+			t.Errorf("%s has no detail", k)
+		}
+	}
+}
+
 // trimmed is an anomaly without its detail, for comparisons.
 func trimmed(a Anomaly) Anomaly { a.Detail = ""; return a }
 
@@ -361,19 +380,7 @@ func TestCheckFindsEachAnomaly(t *testing.T) {
 					t.Errorf("%s = %d (checked %v), want %d", k, n, checked, c.counts[k])
 				}
 			}
-			for k, want := range c.first {
-				i := slices.IndexFunc(res.Anomalies, func(a Anomaly) bool { return a.Kind == k })
-				if i < 0 {
-					t.Errorf("no %s anomaly listed", k)
-					continue
-				}
-				if got := trimmed(res.Anomalies[i]); !reflect.DeepEqual(got, want) {
-					t.Errorf("first %s:\n got %+v\nwant %+v", k, got, want)
-				}
-				if res.Anomalies[i].Detail == "" {
-					t.Errorf("%s has no detail", k)
-				}
-			}
+			assertFirst(t, res, c.first)
 			if res.DeletedByRetention != c.deleted {
 				t.Errorf("deleted by retention = %d, want %d", res.DeletedByRetention, c.deleted)
 			}

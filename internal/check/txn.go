@@ -3,6 +3,7 @@ package check
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -310,27 +311,34 @@ func (t *txnAnalysis) abortedReads() {
 	}
 }
 
-// g1a: a committed transaction consumed (as a read-process-write input) a
-// write of an aborted transaction.
-func (t *txnAnalysis) g1a() {
+// eachCommittedInput calls fn with every input consumed by a step of a
+// committed transaction, in the order the transactions were first named.
+func (t *txnAnalysis) eachCommittedInput(fn func(x *txnState, step TxnLine, in TxnInput, at tloc)) {
 	for _, x := range t.order {
 		if x.outcome != committed {
 			continue
 		}
 		for _, s := range x.steps {
 			for _, in := range s.Inputs {
-				at := tloc{in.Topic, in.Partition, in.Offset}
-				w := t.writer(at, in.EventID)
-				if w == nil || w.outcome != aborted {
-					continue
-				}
-				t.add(Anomaly{Kind: G1a, Topic: at.topic, Partition: at.p, Offsets: []int64{at.off},
-					EventIDs: []string{in.EventID}, Txns: []string{w.id, x.id}, Consumer: s.Process,
-					Detail: fmt.Sprintf("transaction %s of %s consumed %s at %s, written by transaction %s",
-						x.label(), s.Process, in.EventID, at, w.label())})
+				fn(x, s, in, tloc{in.Topic, in.Partition, in.Offset})
 			}
 		}
 	}
+}
+
+// g1a: a committed transaction consumed (as a read-process-write input) a
+// write of an aborted transaction.
+func (t *txnAnalysis) g1a() {
+	t.eachCommittedInput(func(x *txnState, s TxnLine, in TxnInput, at tloc) {
+		w := t.writer(at, in.EventID)
+		if w == nil || w.outcome != aborted {
+			return
+		}
+		t.add(Anomaly{Kind: G1a, Topic: at.topic, Partition: at.p, Offsets: []int64{at.off},
+			EventIDs: []string{in.EventID}, Txns: []string{w.id, x.id}, Consumer: s.Process,
+			Detail: fmt.Sprintf("transaction %s of %s consumed %s at %s, written by transaction %s",
+				x.label(), s.Process, in.EventID, at, w.label())})
+	})
 }
 
 // lostWrites: a committed transaction's acknowledged write no
@@ -384,20 +392,12 @@ func (t *txnAnalysis) duplicates() {
 		eventID string
 	}
 	uses := map[tloc][]use{}
-	for _, x := range t.order {
-		if x.outcome != committed {
-			continue
+	t.eachCommittedInput(func(x *txnState, s TxnLine, in TxnInput, at tloc) {
+		if !slices.ContainsFunc(uses[at], func(u use) bool { return u.x == x }) {
+			uses[at] = append(uses[at], use{x, s.Process, in.EventID})
 		}
-		for _, s := range x.steps {
-			for _, in := range s.Inputs {
-				at := tloc{in.Topic, in.Partition, in.Offset}
-				if !slices.ContainsFunc(uses[at], func(u use) bool { return u.x == x }) {
-					uses[at] = append(uses[at], use{x, s.Process, in.EventID})
-				}
-			}
-		}
-	}
-	for _, at := range sortedTlocs(uses) {
+	})
+	for _, at := range slices.SortedFunc(maps.Keys(uses), compareTlocs) {
 		us := uses[at]
 		if len(us) < 2 {
 			continue
@@ -419,7 +419,7 @@ func (t *txnAnalysis) duplicates() {
 		}
 		positions[r.line.EventID] = append(positions[r.line.EventID], r)
 	}
-	for _, id := range sortedKeys(positions) {
+	for _, id := range slices.Sorted(maps.Keys(positions)) {
 		rs := positions[id]
 		if len(rs) < 2 {
 			continue
@@ -450,24 +450,6 @@ func compareTlocs(x, y tloc) int {
 	return cmp.Or(cmp.Compare(x.topic, y.topic), cmp.Compare(x.p, y.p), cmp.Compare(x.off, y.off))
 }
 
-func sortedTlocs[V any](m map[tloc]V) []tloc {
-	ks := make([]tloc, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.SortFunc(ks, compareTlocs)
-	return ks
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
-}
-
 // wrEdge is T2 consuming a write of T1 (T1 -wr-> T2).
 type wrEdge struct {
 	to      *txnState
@@ -483,21 +465,13 @@ type wrEdge struct {
 // Anti-dependencies (rw) cannot be derived from a log's histories.
 func (t *txnAnalysis) g1c() {
 	out := map[*txnState][]wrEdge{}
-	for _, x := range t.order {
-		if x.outcome != committed {
-			continue
+	t.eachCommittedInput(func(x *txnState, _ TxnLine, in TxnInput, at tloc) {
+		w := t.writer(at, in.EventID)
+		if w == nil || w.outcome != committed || slices.ContainsFunc(out[w], func(e wrEdge) bool { return e.to == x }) {
+			return
 		}
-		for _, s := range x.steps {
-			for _, in := range s.Inputs {
-				at := tloc{in.Topic, in.Partition, in.Offset}
-				w := t.writer(at, in.EventID)
-				if w == nil || w.outcome != committed || slices.ContainsFunc(out[w], func(e wrEdge) bool { return e.to == x }) {
-					continue
-				}
-				out[w] = append(out[w], wrEdge{x, at, in.EventID})
-			}
-		}
-	}
+		out[w] = append(out[w], wrEdge{x, at, in.EventID})
+	})
 	// Tarjan's strongly connected components, in t.order for determinism.
 	index, low := map[*txnState]int{}, map[*txnState]int{}
 	onStack := map[*txnState]bool{}

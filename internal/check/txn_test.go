@@ -299,19 +299,7 @@ func TestCheckTxnFindsEachAnomaly(t *testing.T) {
 					t.Errorf("%s = %d (checked %v), want %d", k, n, checked, c.counts[k])
 				}
 			}
-			for k, want := range c.first {
-				i := slices.IndexFunc(res.Anomalies, func(a Anomaly) bool { return a.Kind == k })
-				if i < 0 {
-					t.Errorf("no %s anomaly listed", k)
-					continue
-				}
-				if got := trimmed(res.Anomalies[i]); !reflect.DeepEqual(got, want) {
-					t.Errorf("first %s:\n got %+v\nwant %+v", k, got, want)
-				}
-				if res.Anomalies[i].Detail == "" {
-					t.Errorf("%s has no detail", k)
-				}
-			}
+			assertFirst(t, res, c.first)
 			if res.Txn == nil {
 				t.Fatal("no txn stats")
 			}
