@@ -27,6 +27,7 @@ const (
 	// The kinds only transactional histories can show (txn.go).
 	G1a               = "G1a"
 	G1c               = "G1c"
+	ZombieCommit      = "zombie-commit"
 	HungLSO           = "hung-lso"
 	ExternalDuplicate = "external-duplicate"
 )
@@ -36,7 +37,7 @@ var Kinds = []string{
 	LostWrite, Unseen, Duplicate, InconsistentOffsets, NonmonotonicPoll, PollSkip,
 	NonmonotonicSend, AbortedRead, IndeterminateRead,
 	DuplicateEffect, NeverProcessed, OutOfKeyOrder,
-	G1a, G1c, HungLSO, ExternalDuplicate,
+	G1a, G1c, ZombieCommit, HungLSO, ExternalDuplicate,
 }
 
 // Notes says, for the kinds that count what a run may show by design
@@ -55,7 +56,7 @@ var Notes = map[string]string{
 // TxnKinds are the kinds only transactional histories can check: absent
 // from Result.Counts without them (chaos check leaves them out of its
 // table then).
-var TxnKinds = []string{G1a, G1c, HungLSO, ExternalDuplicate}
+var TxnKinds = []string{G1a, G1c, ZombieCommit, HungLSO, ExternalDuplicate}
 
 // sinkKinds are the kinds only a sink can check.
 var sinkKinds = []string{DuplicateEffect, NeverProcessed, OutOfKeyOrder}
@@ -219,10 +220,10 @@ var Safe = Expectation{Name: "safe", MustBeZero: []string{
 // ExactlyOnce is the expectation of a transactional read-process-write
 // pipeline judged from transactional histories: read_committed readers see
 // no aborted write and every committed write once, no committed
-// transaction consumed an aborted write, and no input was processed into
-// committed output twice. hung-lso and external-duplicate are reported,
+// transaction consumed an aborted write, no input was processed into
+// committed output twice, and no fenced producer committed. hung-lso and external-duplicate are reported,
 // not required (the experiments that must show them say so).
-var ExactlyOnce = Expectation{Name: "exactly-once", MustBeZero: []string{AbortedRead, G1a, LostWrite, Duplicate, G1c}}
+var ExactlyOnce = Expectation{Name: "exactly-once", MustBeZero: []string{AbortedRead, G1a, LostWrite, Duplicate, G1c, ZombieCommit}}
 
 // None requires nothing: the result is only reported.
 var None = Expectation{Name: "none"}

@@ -62,7 +62,8 @@
 // written beside the producer and consumer histories by the processes of a
 // transactional pipeline; without them Check reads and judges exactly what
 // it did before, and the kinds below are absent from Result.Counts. Line
-// types: "begin" (txn, transactional_id, producer_id, epoch), "send" (a
+// types: "begin" (txn, transactional_id, producer_id, epoch; written once
+// InitProducerId answered), "send" (a
 // record sent in txn: event_id, topic, partition, offset or -1, status),
 // "end" (txn, outcome commit|abort, status requested|ok|error|unknown; the
 // requested line is written before EndTxn is sent), "isolation" (the
@@ -99,6 +100,11 @@
 //     writes; read-write anti-dependencies cannot be derived from the
 //     histories. So G0, G1b, G2 and cycles through ww edges are not
 //     detected.
+//   - zombie-commit: a committed transaction of transactional id T at
+//     epoch e whose commit was asked after a transaction of T at a higher
+//     epoch began (begin lines are written once InitProducerId answered):
+//     a fenced producer committed. Judged on the lines' at (one host's
+//     clock); a commit asked before the successor began is not judged.
 //   - hung-lso: a read_committed reader's observations of one partition
 //     stayed at one LSO, with the high watermark above it, for
 //     Input.HungLSOAfter or longer (DefaultHungLSOAfter); the transaction

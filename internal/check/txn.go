@@ -66,7 +66,12 @@ type tloc struct {
 	off   int64
 }
 
+// String names the position; without a topic (a single-topic history),
+// as the other kinds do.
 func (l tloc) String() string {
+	if l.topic == "" {
+		return fmt.Sprintf("partition %d offset %d", l.p, l.off)
+	}
 	return fmt.Sprintf("topic %s partition %d offset %d", l.topic, l.p, l.off)
 }
 
@@ -87,9 +92,12 @@ const (
 
 // txnState is one transaction of the histories.
 type txnState struct {
-	id        string
-	process   string
-	tid       string
+	id      string
+	process string
+	tid     string
+	begin   *TxnLine // its begin line, nil without one
+	// asked is the first end line of outcome commit, nil without one.
+	asked     *TxnLine
 	sends     []TxnLine
 	ends      []TxnLine
 	steps     []TxnLine
@@ -161,6 +169,7 @@ func (a *analysis) txns() (*TxnStats, error) {
 	t.lostWrites()
 	t.duplicates()
 	t.g1c()
+	t.zombieCommits()
 	t.hungLSO(st)
 	t.external(st)
 	return st, nil
@@ -189,6 +198,9 @@ func (t *txnAnalysis) load() error {
 			case TxnBegin:
 				x := t.get(l.Txn, l.Process)
 				x.tid = l.TransactionalID
+				if x.begin == nil {
+					x.begin = &lines[i]
+				}
 			case TxnSend:
 				x := t.get(l.Txn, l.Process)
 				x.sends = append(x.sends, l)
@@ -207,6 +219,9 @@ func (t *txnAnalysis) load() error {
 				x.ends = append(x.ends, l)
 				if l.Outcome == OutcomeCommit {
 					x.askCommit = true
+					if x.asked == nil {
+						x.asked = &lines[i]
+					}
 					x.commitOK = x.commitOK || l.Status == EndOK
 				}
 			case TxnStep:
@@ -570,6 +585,31 @@ func findCycle(comp []*txnState, out map[*txnState][]wrEdge) []wrEdge {
 	return nil // not reached for a component with a cycle
 }
 
+// zombieCommits: a committed transaction of transactional id T at epoch
+// e whose commit was asked (its first end line of outcome commit) after a
+// transaction of T at a higher epoch had begun (its begin line, written
+// once InitProducerId answered): the successor's InitProducerId fenced e,
+// so that EndTxn must have failed. A commit asked before the successor
+// began is not judged, whenever its answer arrived: the coordinator may
+// have finished it first. Times are the lines' at, one host's clock.
+func (t *txnAnalysis) zombieCommits() {
+	for _, x := range t.order {
+		if x.outcome != committed || x.asked == nil || x.asked.At.IsZero() || x.begin == nil || x.begin.Epoch == nil || x.tid == "" {
+			continue
+		}
+		for _, y := range t.order {
+			b := y.begin
+			if y == x || y.tid != x.tid || b == nil || b.Epoch == nil || *b.Epoch <= *x.begin.Epoch || b.At.IsZero() || !b.At.Before(x.asked.At) {
+				continue
+			}
+			t.add(Anomaly{Kind: ZombieCommit, Partition: -1, Txns: []string{x.id, y.id}, Consumer: x.process,
+				Detail: fmt.Sprintf("transaction %s of %s (transactional id %s, epoch %d) asked to commit at %s, after %s began %s at epoch %d (%s): a fenced producer committed",
+					x.label(), x.process, x.tid, *x.begin.Epoch, fmtAt(x.asked.At), y.process, y.id, *b.Epoch, fmtAt(b.At))})
+			break
+		}
+	}
+}
+
 // hungLSO finds, per read_committed reader and partition, the stretches of
 // lso observations at one LSO with the high watermark above it.
 func (t *txnAnalysis) hungLSO(st *TxnStats) {
@@ -634,8 +674,8 @@ func (t *txnAnalysis) addHang(h LSOHang) {
 	case !h.Moved:
 		end = "still there at the last observation, " + fmtAt(h.To)
 	}
-	an.Detail = fmt.Sprintf("read_committed reader %s stayed at LSO %d of topic %s partition %d for %.1f s (from %s, %s) while the high watermark was up to %d%s",
-		h.Reader, h.LSO, h.Topic, h.Partition, h.Seconds, fmtAt(h.From), end, h.MaxHW, holder)
+	an.Detail = fmt.Sprintf("read_committed reader %s stayed at LSO %d of %s for %.1f s (from %s, %s) while the high watermark was up to %d%s",
+		h.Reader, h.LSO, strings.TrimSuffix(tloc{h.Topic, h.Partition, 0}.String(), " offset 0"), h.Seconds, fmtAt(h.From), end, h.MaxHW, holder)
 	t.add(an)
 }
 

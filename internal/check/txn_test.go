@@ -168,6 +168,21 @@ func TestCheckTxnFindsEachAnomaly(t *testing.T) {
 	// t/0/2 asked to commit and never heard back.
 	commitUnknown := append(baseProc(), tEnd("proc", "t/0/2", OutcomeCommit, EndRequested), tEnd("proc", "t/0/2", OutcomeCommit, EndUnknown))
 
+	// A zombie z (epoch 0) began at 0 s; its successor s (epoch 1) began
+	// at 5 s; z asks to commit at askAt, answered with status.
+	zombie := func(askAt time.Duration, status string) []TxnLine {
+		at := func(l TxnLine, d time.Duration, epoch int16) TxnLine {
+			l.At = t0.Add(d)
+			if l.Type == TxnBegin {
+				l.Epoch = &epoch
+			}
+			return l
+		}
+		return []TxnLine{at(tBegin("z", "t/0/5"), 0, 0), at(tSend("z", "t/0/5", "zz", "out", 4, 0), time.Second, 0),
+			at(tBegin("s", "t/1/1"), 5*time.Second, 1),
+			at(tEnd("z", "t/0/5", OutcomeCommit, EndRequested), askAt, 0), at(tEnd("z", "t/0/5", OutcomeCommit, status), 12*time.Second, 0)}
+	}
+
 	cases := []struct {
 		name      string
 		files     [][]TxnLine
@@ -251,6 +266,17 @@ func TestCheckTxnFindsEachAnomaly(t *testing.T) {
 		},
 		{name: "no G1c: write-write order cycles (c before d on 2, d before c on 3) are allowed by Kafka",
 			files: [][]TxnLine{interleaved},
+		},
+		{name: "zombie-commit: z asked to commit after s began at a higher epoch, and it committed",
+			files:  [][]TxnLine{zombie(10*time.Second, EndOK)},
+			counts: map[string]int{ZombieCommit: 1},
+			first:  map[string]Anomaly{ZombieCommit: {Kind: ZombieCommit, Partition: -1, Txns: []string{"t/0/5", "t/1/1"}, Consumer: "z"}},
+		},
+		{name: "no zombie-commit: z was fenced (its commit failed)",
+			files: [][]TxnLine{zombie(10*time.Second, EndError)},
+		},
+		{name: "no zombie-commit: z asked before s began; the ok answer came late",
+			files: [][]TxnLine{zombie(3*time.Second, EndOK)},
 		},
 		{name: "hung-lso: rc stayed at LSO 3 for 15 s, held by t/0/2",
 			files: replace(baseTxnFiles(), 4, []TxnLine{tLSO("rc", 0, 3, 4, 0), tLSO("rc", 0, 3, 5, 6*time.Second),
