@@ -389,6 +389,7 @@ func TestReadTxnHistoryErrors(t *testing.T) {
 		name, text, want string
 	}{
 		{"not JSON, then a line", "{\n" + `{"type":"isolation","process":"p","isolation":"read_committed"}`, "line 1"},
+		{"a blank line", `{"type":"isolation","process":"p","isolation":"read_committed"}` + "\n\n" + `{"type":"begin","process":"p","txn":"t"}`, "line 2"},
 		{"unknown type", `{"type":"nope","process":"p"}`, `unknown line type "nope"`},
 		{"no process", `{"type":"begin","txn":"t"}`, "without process"},
 		{"send without offset", `{"type":"send","process":"p","txn":"t","event_id":"e","partition":0,"status":"ok"}`, "a send line without offset"},

@@ -36,7 +36,8 @@ const (
 	// sound: a transaction without any end line of outcome commit was never
 	// asked to commit, so it cannot have committed.
 	TxnEnd = "end"
-	// TxnIsolation: Process reads with Isolation from here on.
+	// TxnIsolation: Process reads with Isolation from here on (its read
+	// lines in the same file follow it).
 	TxnIsolation = "isolation"
 	// TxnRead: Process read the record EventID at Topic/Partition/Offset
 	// (with the level of its last isolation line).
@@ -127,10 +128,7 @@ func ReadTxnHistory(path string) ([]TxnLine, error) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	for n := 1; sc.Scan(); n++ {
-		raw := bytes.TrimSpace(sc.Bytes())
-		if len(raw) == 0 {
-			continue
-		}
+		raw := sc.Bytes()
 		var l TxnLine
 		if err := json.Unmarshal(raw, &l); err != nil {
 			if torn := !bytes.HasSuffix(b, []byte("\n")) && !sc.Scan(); torn {
