@@ -22,10 +22,10 @@ const maxListed = 20
 // when an input cannot be read (or is not what it should be); anomalies are
 // in the Result.
 func Check(ctx context.Context, in Input) (Result, error) {
-	if len(in.ProducerHistories) == 0 {
+	if len(in.ProducerHistories) == 0 && len(in.TxnHistories) == 0 {
 		return Result{}, errors.New("check: no producer history")
 	}
-	if len(in.ConsumerHistories) == 0 && in.Log == nil {
+	if len(in.ConsumerHistories) == 0 && in.Log == nil && len(in.TxnHistories) == 0 {
 		return Result{}, errors.New("check: nothing read: give consumer histories or a full read")
 	}
 	a := &analysis{in: in, found: map[string]*collector{}}
@@ -40,11 +40,15 @@ func Check(ctx context.Context, in Input) (Result, error) {
 	a.unread()
 	a.failedReads()
 	a.sendOrder()
+	txn, err := a.txns()
+	if err != nil {
+		return Result{}, err
+	}
 
 	res := Result{
 		Counts: map[string]int{}, Anomalies: []Anomaly{},
 		Sent: int64(len(a.sent)), LogRecords: -1, DeletedByRetention: a.deleted,
-		Read: int64(len(a.read)), Processed: a.processed,
+		Read: int64(len(a.read)), Processed: a.processed, Txn: txn,
 	}
 	for _, s := range a.sent {
 		if s.line.Status == producer.StatusOK {
@@ -68,7 +72,7 @@ func Check(ctx context.Context, in Input) (Result, error) {
 		a.sinkAnomalies(st)
 	}
 	for _, k := range Kinds {
-		if slices.Contains(sinkKinds, k) && !a.sinkChecked[k] {
+		if slices.Contains(sinkKinds, k) && !a.sinkChecked[k] || slices.Contains(TxnKinds, k) && txn == nil {
 			continue
 		}
 		c := a.found[k]

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tapes-dev/tapes/internal/sink"
 )
@@ -23,6 +24,12 @@ const (
 	DuplicateEffect     = "duplicate-effect"
 	NeverProcessed      = "never-processed"
 	OutOfKeyOrder       = "out-of-key-order"
+	// The kinds only transactional histories can show (txn.go).
+	G1a               = "G1a"
+	G1c               = "G1c"
+	ZombieCommit      = "zombie-commit"
+	HungLSO           = "hung-lso"
+	ExternalDuplicate = "external-duplicate"
 )
 
 // Kinds lists every anomaly kind, in report order.
@@ -30,6 +37,7 @@ var Kinds = []string{
 	LostWrite, Unseen, Duplicate, InconsistentOffsets, NonmonotonicPoll, PollSkip,
 	NonmonotonicSend, AbortedRead, IndeterminateRead,
 	DuplicateEffect, NeverProcessed, OutOfKeyOrder,
+	G1a, G1c, ZombieCommit, HungLSO, ExternalDuplicate,
 }
 
 // Notes says, for the kinds that count what a run may show by design
@@ -39,7 +47,16 @@ var Notes = map[string]string{
 	NonmonotonicSend: "sends reordered, not lost: a producer that pipelines requests (several in flight, not idempotent) " +
 		"had a later record acknowledged at a lower offset, before or without any fault; no expectation counts it",
 	IndeterminateRead: "records whose send outcome the producer could not know (a timeout, several attempts) were read: allowed, as Jepsen's :info",
+	HungLSO: "a read_committed reader stayed at one last stable offset while later offsets existed, longer than the threshold: " +
+		"an open transaction holds it (a liveness cost, not lost data); the longest stretch is in the result's txn section",
+	ExternalDuplicate: "an external effect (an SMS, an HTTP call) applied more than once for one input event: " +
+		"not a log anomaly, the transaction covers the log and the offsets only; an idempotent receiver keyed by event_id shows none",
 }
+
+// TxnKinds are the kinds only transactional histories can check: absent
+// from Result.Counts without them (chaos check leaves them out of its
+// table then).
+var TxnKinds = []string{G1a, G1c, ZombieCommit, HungLSO, ExternalDuplicate}
 
 // sinkKinds are the kinds only a sink can check.
 var sinkKinds = []string{DuplicateEffect, NeverProcessed, OutOfKeyOrder}
@@ -69,6 +86,13 @@ type Input struct {
 	Log map[int32][]LogRecord
 	// LogStart is each partition's log start offset at the full read.
 	LogStart map[int32]int64
+	// TxnHistories are transactional histories (ReadTxnHistory), none for
+	// a run without transactions.
+	TxnHistories []string
+	// HungLSOAfter is how long a read_committed reader may stay at one LSO
+	// while later offsets exist before it is a hung-lso anomaly;
+	// DefaultHungLSOAfter when zero.
+	HungLSOAfter time.Duration
 	// SinkDB is the consumer group's sink file, "" without one.
 	SinkDB string
 	// Expect is what Result.Valid is computed against; the zero value
@@ -85,14 +109,23 @@ type Anomaly struct {
 	// Offsets are the offsets involved (none when unknown: acks=0).
 	Offsets  []int64  `json:"offsets,omitempty"`
 	EventIDs []string `json:"event_ids"`
-	// Consumer is the consumer involved, for the poll anomalies.
+	// Consumer is the consumer involved, for the poll anomalies (the
+	// reader or processor, for the transactional kinds).
 	Consumer string `json:"consumer,omitempty"`
-	Detail   string `json:"detail"`
+	// Topic is the topic involved, for the transactional kinds (their
+	// histories name several topics); "" otherwise.
+	Topic string `json:"topic,omitempty"`
+	// Txns are the transactions involved, for the transactional kinds.
+	Txns   []string `json:"txns,omitempty"`
+	Detail string   `json:"detail"`
 }
 
 // String is the anomaly on one line.
 func (a Anomaly) String() string {
 	var b strings.Builder
+	if a.Topic != "" {
+		fmt.Fprintf(&b, "topic %s ", a.Topic)
+	}
 	if a.Partition >= 0 {
 		fmt.Fprintf(&b, "partition %d ", a.Partition)
 	}
@@ -104,6 +137,11 @@ func (a Anomaly) String() string {
 	if len(a.EventIDs) > 0 {
 		b.WriteString("events ")
 		b.WriteString(strings.Join(a.EventIDs, ","))
+		b.WriteByte(' ')
+	}
+	if len(a.Txns) > 0 {
+		b.WriteString("txns ")
+		b.WriteString(strings.Join(a.Txns, ","))
 		b.WriteByte(' ')
 	}
 	if a.Consumer != "" {
@@ -128,7 +166,8 @@ func joinInts(xs []int64) string {
 type Result struct {
 	// Counts has, for every kind the inputs could check, the number of
 	// anomalies found (0 included). Kinds that could not be checked (the
-	// sink kinds without a sink) are absent.
+	// sink kinds without a sink, the transactional kinds without
+	// transactional histories) are absent.
 	Counts map[string]int `json:"counts"`
 	// Anomalies lists up to MaxPerKind anomalies of each kind, in Kinds
 	// order, then by partition and offset.
@@ -151,6 +190,8 @@ type Result struct {
 	DeletedByRetention int64 `json:"deleted_by_retention"`
 	// Sink is the sink's counters, nil without a sink.
 	Sink *sink.Stats `json:"sink,omitempty"`
+	// Txn is what the transactional histories showed, nil without them.
+	Txn *TxnStats `json:"txn,omitempty"`
 	// Expectation is the name of Input.Expect; Valid says whether the
 	// result meets it, and Why lists what does not.
 	Expectation string   `json:"expectation"`
@@ -176,11 +217,19 @@ var Safe = Expectation{Name: "safe", MustBeZero: []string{
 	DuplicateEffect, NeverProcessed,
 }}
 
+// ExactlyOnce is the expectation of a transactional read-process-write
+// pipeline judged from transactional histories: read_committed readers see
+// no aborted write and every committed write once, no committed
+// transaction consumed an aborted write, no input was processed into
+// committed output twice, and no fenced producer committed. hung-lso and external-duplicate are reported,
+// not required (the experiments that must show them say so).
+var ExactlyOnce = Expectation{Name: "exactly-once", MustBeZero: []string{AbortedRead, G1a, LostWrite, Duplicate, G1c, ZombieCommit}}
+
 // None requires nothing: the result is only reported.
 var None = Expectation{Name: "none"}
 
 // Expectations are the named expectations, by name.
-var Expectations = map[string]Expectation{Safe.Name: Safe, None.Name: None}
+var Expectations = map[string]Expectation{Safe.Name: Safe, ExactlyOnce.Name: ExactlyOnce, None.Name: None}
 
 // Meets reports whether r meets e, and if not, why (one reason per kind).
 // A kind r could not check does not fail MustBeZero but fails

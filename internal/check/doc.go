@@ -56,6 +56,64 @@
 // offset below the full read's log start, or inside a consumer's "gap") are
 // neither lost nor unseen: Result.DeletedByRetention counts them.
 //
+// # Transactional histories
+//
+// Input.TxnHistories are JSON-lines files of TxnLine (txnhistory.go),
+// written beside the producer and consumer histories by the processes of a
+// transactional pipeline; without them Check reads and judges exactly what
+// it did before, and the kinds below are absent from Result.Counts. Line
+// types: "begin" (txn, transactional_id, producer_id, epoch; written once
+// InitProducerId answered), "send" (a
+// record sent in txn: event_id, topic, partition, offset or -1, status),
+// "end" (txn, outcome commit|abort, status requested|ok|error|unknown; the
+// requested line is written before EndTxn is sent), "isolation" (the
+// process reads read_committed or read_uncommitted from here on), "read"
+// (event_id at topic, partition, offset), "step" (a read-process-write step
+// of txn: the inputs it consumed and whose offsets it committed; its
+// outputs are txn's sends), "lso" (a read_committed reader saw partition
+// topic/partition at lso with high watermark hw, at at), "effect" (an
+// external sink, named by process, applied input_event_id's effect once).
+//
+// A transaction is committed when a commit was answered ok, or asked and
+// one of its writes was read by a read_committed reader; aborted when no
+// commit was ever asked (an abort answered or not, a process killed before
+// committing, a fenced zombie that never got to EndTxn); unknown otherwise.
+// The writer of a record read or consumed is the transaction whose ok send
+// is at its position, else the only one that sent its event_id there with
+// an unknown offset.
+//
+//   - aborted-read: a read_committed reader read a write of an aborted
+//     transaction (counted with the non-transactional aborted-read).
+//     read_uncommitted readers may: TxnStats.AbortedSeenUncommitted.
+//   - G1a: a committed transaction consumed (a step input) a write of an
+//     aborted transaction.
+//   - lost-write: a committed transaction's acknowledged write that no
+//     read_committed reader read, though one read a later offset of its
+//     partition.
+//   - duplicate: an input position consumed by steps of several committed
+//     transactions; an event_id read by read_committed readers at several
+//     positions.
+//   - G1c: a cycle of write-read dependencies between committed
+//     transactions (T1 -wr-> T2: a step of T2 consumed a write of T1).
+//     Write-write order (offsets within a partition) gives no edges: Kafka
+//     allows write cycles (G0) and interleaves concurrent transactions'
+//     writes; read-write anti-dependencies cannot be derived from the
+//     histories. So G0, G1b, G2 and cycles through ww edges are not
+//     detected.
+//   - zombie-commit: a committed transaction of transactional id T at
+//     epoch e whose commit was asked after a transaction of T at a higher
+//     epoch began (begin lines are written once InitProducerId answered):
+//     a fenced producer committed. Judged on the lines' at (one host's
+//     clock); a commit asked before the successor began is not judged.
+//   - hung-lso: a read_committed reader's observations of one partition
+//     stayed at one LSO, with the high watermark above it, for
+//     Input.HungLSOAfter or longer (DefaultHungLSOAfter); the transaction
+//     whose write is at the LSO is named. TxnStats.LongestLSOHang has the
+//     longest stretch, whatever its length.
+//   - external-duplicate: an external sink applied one input event's
+//     effect more than once (counted per sink and event; not a log
+//     anomaly).
+//
 // # Expectations
 //
 // An Expectation names the kinds that must be zero (and those that must be
