@@ -8,7 +8,8 @@
 #                  rate and each broker's fsyncs/s, CPU and profile per row (minutes)
 #   make compat    the Kafka clients people use (Kafka's tools and Java client, kcat,
 #                  confluent-kafka, kafka-python, KafkaJS) against a fresh cluster, one line
-#                  per client; .ci/compat-deps installs them (COMPAT_BOOTSTRAP: another Kafka)
+#                  per client; .ci/compat-deps installs them (COMPAT_BOOTSTRAP: another Kafka;
+#                  COMPAT_RUN=REGEXP: only the clients it matches)
 #   make chaos     every chaos experiment once, then a 10-minute nemesis (reports in .tapes/runs/)
 #   make proto     regenerate internal/gen from proto/ with buf (run through `go run`)
 
@@ -63,8 +64,10 @@ bench: build
 
 # internal/compat, behind its build tag: one cluster, the clients one after
 # the other (each a JVM, Python or Node process on 2 cores: minutes).
+# COMPAT_RUN=REGEXP runs only the clients whose subtest names match (spaces
+# are underscores there), e.g. COMPAT_RUN=kcat or COMPAT_RUN='^KafkaJS'.
 compat:
-	$(GOTEST) -tags compat -count=1 -v -timeout 40m ./internal/compat/
+	$(GOTEST) -tags compat -count=1 -v -timeout 40m $(if $(COMPAT_RUN),-run 'TestCompat/$(COMPAT_RUN)') ./internal/compat/
 
 # Each experiment on a fresh cluster; stops at the first whose expectation
 # does not hold. NEMESIS sets the long run's length.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -184,11 +185,38 @@ func (a *api) localLeaders(resp *tapesv1.MetadataResponse) {
 				continue
 			}
 			leader, term, ok := r.KnownLeader()
-			if ok && term > p.LeaderEpoch {
-				p.LeaderId, p.LeaderEpoch, p.Error = int32(leader), term, nil
+			if !ok {
+				continue
 			}
+			var ownISR []metadata.BrokerID
+			if leader == a.b.cfg.ID {
+				ownISR = r.ISR() // nil until this leader is ready
+			}
+			useLocalLeader(p, leader, term, ownISR)
 		}
 	}
+}
+
+// useLocalLeader puts leader (of Raft term term, as this broker's replica
+// knows it) into p when term is newer than p's epoch and an ISR holding
+// leader is known: ownISR (the leader's own, when this broker is it and
+// ready), else p's ISR from the controller. Otherwise p stays the
+// controller's answer (leader -1 with LEADER_NOT_AVAILABLE for a partition
+// whose leader has not reported yet): Kafka never names a leader outside
+// the ISR, and a client given leader 2 with an empty ISR (kcat -L on a
+// just-created topic) shows it as such.
+func useLocalLeader(p *tapesv1.PartitionMetadata, leader metadata.BrokerID, term int64, ownISR []metadata.BrokerID) {
+	if term <= p.LeaderEpoch {
+		return
+	}
+	isr := p.Isr
+	if len(ownISR) > 0 {
+		isr = ids32(ownISR)
+	}
+	if !slices.Contains(isr, int32(leader)) {
+		return
+	}
+	p.LeaderId, p.LeaderEpoch, p.Isr, p.Error = int32(leader), term, isr, nil
 }
 
 func ids32(ids []metadata.BrokerID) []int32 {

@@ -10,6 +10,7 @@ import (
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/metadata"
 )
 
 // TestKafkaMetadataResponse: how the broker's view becomes Kafka's answer.
@@ -69,5 +70,51 @@ func TestKafkaMetadataResponse(t *testing.T) {
 	}
 	if !resp.Topics[2].IsInternal {
 		t.Errorf("%s not internal", group.OffsetsTopic)
+	}
+}
+
+// TestUseLocalLeader: the leader a broker's own replica knows replaces the
+// controller's only with an ISR holding it, as Kafka's Metadata never names
+// a leader outside the ISR. The first case is what kcat -L showed in `make
+// compat` on a just-created topic (leader 2, ISR empty, where `cluster
+// topics describe` had 2,3,1): a follower knows leader 2 of term 2 before
+// the controller has leader 2's report.
+func TestUseLocalLeader(t *testing.T) {
+	fresh := func() *tapesv1.PartitionMetadata {
+		return &tapesv1.PartitionMetadata{LeaderId: -1, Replicas: []int32{2, 3, 1}, Isr: []int32{},
+			Error: kerr.New(kerr.LeaderNotAvailable, "no leader yet").Detail}
+	}
+	type want struct {
+		leader int32
+		epoch  int64
+		isr    []int32
+		code   bool // LEADER_NOT_AVAILABLE kept
+	}
+	for _, c := range []struct {
+		name   string
+		p      *tapesv1.PartitionMetadata
+		leader metadata.BrokerID
+		term   int64
+		own    []metadata.BrokerID
+		want   want
+	}{
+		{"a follower of a just-created partition: the controller's answer stands", fresh(), 2, 2, nil, want{-1, 0, []int32{}, true}},
+		{"the ready leader itself: its own ISR", fresh(), 2, 2, []metadata.BrokerID{2, 3, 1}, want{2, 2, []int32{2, 3, 1}, false}},
+		{"the leader not ready yet: the controller's answer stands", fresh(), 2, 2, nil, want{-1, 0, []int32{}, true}},
+		{"a failover the controller has not recorded: its ISR holds the new leader",
+			&tapesv1.PartitionMetadata{LeaderId: 1, LeaderEpoch: 2, Replicas: []int32{1, 2, 3}, Isr: []int32{1, 2, 3}},
+			2, 3, nil, want{2, 3, []int32{1, 2, 3}, false}},
+		{"an older term than the controller's: ignored",
+			&tapesv1.PartitionMetadata{LeaderId: 1, LeaderEpoch: 4, Replicas: []int32{1, 2, 3}, Isr: []int32{1, 3}},
+			2, 3, nil, want{1, 4, []int32{1, 3}, false}},
+	} {
+		useLocalLeader(c.p, c.leader, c.term, c.own)
+		if c.p.LeaderId != c.want.leader || c.p.LeaderEpoch != c.want.epoch || !slices.Equal(c.p.Isr, c.want.isr) || (c.p.Error != nil) != c.want.code {
+			t.Errorf("%s: leader %d epoch %d isr %v error %v, want %+v", c.name, c.p.LeaderId, c.p.LeaderEpoch, c.p.Isr, c.p.Error, c.want)
+		}
+		// Whatever is answered, Kafka's invariant: a named leader is in the ISR.
+		if c.p.LeaderId >= 0 && !slices.Contains(c.p.Isr, c.p.LeaderId) {
+			t.Errorf("%s: leader %d outside the ISR %v", c.name, c.p.LeaderId, c.p.Isr)
+		}
 	}
 }

@@ -19,6 +19,9 @@
 // runs the same programs against any Kafka cluster instead (a real Apache
 // Kafka, to show that each program is right), leaving out the comparisons
 // with tapes' CLI.
+// `make compat COMPAT_RUN=REGEXP` (go test -run 'TestCompat/REGEXP') runs
+// only the clients whose subtest names match, one at a time while
+// iterating; a consumer step whose producer step did not run says so.
 //
 // What is checked (check.go, tested in plain `go test`): every record a
 // producer had acknowledged is stored exactly once, at the partition and
