@@ -5,7 +5,9 @@
 #                  own address (10.77.0.1-3), joined by a bridge; removed on exit
 #   make test      format and vet checks, generated-code drift check, every test (-race)
 #   make bench     throughput, latency, failover and idle-CPU figures, with the disk's fsync
-#                  rate and each broker's fsyncs/s, CPU and profile per row (minutes)
+#                  rate and each broker's fsyncs/s, CPU and profile per row (minutes); Kafka's
+#                  kafka-producer-perf-test on the Kafka listener beside producerd perf on gRPC
+#                  (skipped, with the reason, without java and .ci/compat-deps' jars)
 #   make compat    the Kafka clients people use (Kafka's tools and Java client, kcat,
 #                  confluent-kafka, kafka-python, KafkaJS) against a fresh cluster, one line
 #                  per client; .ci/compat-deps installs them (COMPAT_BOOTSTRAP: another Kafka;

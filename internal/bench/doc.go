@@ -3,8 +3,10 @@
 // partitions, acks=1 and acks=all, batched), the time from a leader's
 // SIGKILL (and SIGSTOP) to the next acks=all success, the idle CPU of 100
 // partitions, `producerd perf` for acks 0, 1 and all (idempotent), a
-// rebalance's cost per assignor, and a group coordinator's failover with
-// and without compaction of __consumer_offsets. It starts with the disk's
+// rebalance's cost per assignor, a group coordinator's failover with
+// and without compaction of __consumer_offsets, and Apache Kafka's
+// kafka-producer-perf-test against the Kafka listeners beside `producerd
+// perf` against gRPC on one cluster (TestBenchKafkaPerf). It starts with the disk's
 // fsync rate; under each produce row it prints every broker's fsyncs/s (its
 // tapes_fsyncs_total), CPU and the top functions of a CPU profile taken
 // during the row (brokerd --pprof-listen), so each row's bottleneck shows.

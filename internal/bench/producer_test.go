@@ -33,18 +33,26 @@ type perfResult struct {
 func runPerf(t *testing.T, e *testcluster.Env, args ...string) perfResult {
 	t.Helper()
 	args = append([]string{"perf", "--bootstrap-server", strings.Join(e.C.Bootstrap(), ",")}, args...)
-	cmd := exec.Command(filepath.Join(binDir, "producerd"), args...)
+	return runPerfTool(t, "producerd "+strings.Join(args, " "), filepath.Join(binDir, "producerd"), args...)
+}
+
+// runPerfTool runs name args (`producerd perf` or Kafka's
+// kafka-producer-perf-test, which print the same final line), shown as
+// command, and parses its final line.
+func runPerfTool(t *testing.T, command, name string, args ...string) perfResult {
+	t.Helper()
+	cmd := exec.Command(name, args...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
 	err := cmd.Run()
-	r := perfResult{command: "producerd " + strings.Join(args, " "), elapsed: time.Since(start), stdout: out.String(), stderr: errb.String()}
+	r := perfResult{command: command, elapsed: time.Since(start), stdout: out.String(), stderr: errb.String()}
 	if err != nil {
 		t.Fatalf("%s: %v\n%s\n%s", r.command, err, r.stdout, r.stderr)
 	}
 	m := perfFinal.FindStringSubmatch(r.stdout)
 	if m == nil {
-		t.Fatalf("%s: no final line in\n%s", r.command, r.stdout)
+		t.Fatalf("%s: no final line in\n%s\n%s", r.command, r.stdout, r.stderr)
 	}
 	r.records, _ = strconv.ParseInt(m[1], 10, 64)
 	r.recsPerSec, _ = strconv.ParseFloat(m[2], 64)

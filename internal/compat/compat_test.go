@@ -299,7 +299,7 @@ func sortedIDs(s string) string {
 func (s *suite) kafkaTopicsDescribe(t *testing.T) {
 	needJava(t)
 	s.tg.createTopic(t, s.name("topics"), 3)
-	name, args := javaCmd("", topicCommand, "--bootstrap-server", s.tg.bootstrap, "--describe", "--topic", s.name("topics"))
+	name, args := JavaCmd("", topicCommand, "--bootstrap-server", s.tg.bootstrap, "--describe", "--topic", s.name("topics"))
 	s.sameAsDescribe(t, "kafka-topics --describe", s.name("topics"), func() map[int32]partRow {
 		return parseTopicDescribe(run(t, 2*time.Minute, "", nil, name, args...))
 	})
@@ -374,7 +374,7 @@ func (s *suite) console(t *testing.T) {
 	s.tg.createTopic(t, s.name("console"), 3)
 	n := 200
 	input, sent := keyedLines(n, 5)
-	name, args := javaCmd("", consoleProducer, "--bootstrap-server", s.tg.bootstrap, "--topic", s.name("console"),
+	name, args := JavaCmd("", consoleProducer, "--bootstrap-server", s.tg.bootstrap, "--topic", s.name("console"),
 		"--command-property", "acks=all", "--reader-property", "parse.key=true", "--reader-property", "key.separator=:")
 	_, errb, err := runErr(t, 2*time.Minute, input, nil, name, args...)
 	if err != nil || strings.Contains(string(errb), "ERROR") {
@@ -387,7 +387,7 @@ func (s *suite) console(t *testing.T) {
 	if len(stored) != n {
 		failf(t, "kafka-console-producer: %d records stored of %d", len(stored), n)
 	}
-	name, args = javaCmd("", consoleConsumer, "--bootstrap-server", s.tg.bootstrap, "--topic", s.name("console"),
+	name, args = JavaCmd("", consoleConsumer, "--bootstrap-server", s.tg.bootstrap, "--topic", s.name("console"),
 		"--group", s.name("console-group"), "--from-beginning", "--max-messages", strconv.Itoa(n), "--timeout-ms", "60000",
 		"--formatter-property", "print.partition=true", "--formatter-property", "print.offset=true", "--formatter-property", "print.key=true")
 	out := run(t, 2*time.Minute, "", nil, name, args...)
@@ -407,7 +407,7 @@ func (s *suite) console(t *testing.T) {
 func (s *suite) kafkaConsumerGroups(t *testing.T) {
 	needJava(t)
 	s.storedAtLeast(t, s.name("console"), 1)
-	name, args := javaCmd("", consumerGroups, "--bootstrap-server", s.tg.bootstrap, "--describe", "--group", s.name("console-group"))
+	name, args := JavaCmd("", consumerGroups, "--bootstrap-server", s.tg.bootstrap, "--describe", "--group", s.name("console-group"))
 	var got, want map[string]groupRow
 	err := eventually.Wait(30*time.Second, func() error {
 		got = parseGroupDescribe(run(t, 2*time.Minute, "", nil, name, args...))
@@ -432,7 +432,7 @@ func (s *suite) perfTest(t *testing.T) {
 	needJava(t)
 	topic, n := s.name("perf"), 20000
 	s.tg.createTopic(t, topic, 6)
-	name, args := javaCmd("", producerPerformance, "--topic", topic, "--num-records", strconv.Itoa(n), "--record-size", "100",
+	name, args := JavaCmd("", ProducerPerformance, "--topic", topic, "--num-records", strconv.Itoa(n), "--record-size", "100",
 		"--throughput", "-1", "--command-property", "acks=all", "enable.idempotence=true", "bootstrap.servers="+s.tg.bootstrap)
 	out := run(t, 5*time.Minute, "", nil, name, args...)
 	m := perfSummary.FindAllStringSubmatch(string(out), -1)
@@ -477,7 +477,7 @@ func (s *suite) javaProducer(t *testing.T) {
 	needJava(t)
 	topic, n := s.name("java-producer"), 3000
 	s.tg.createTopic(t, topic, 3)
-	name, args := javaCmd(javaPrograms(t), "IdempotentProducer", s.tg.bootstrap, topic, strconv.Itoa(n), "12", "20")
+	name, args := JavaCmd(javaPrograms(t), "IdempotentProducer", s.tg.bootstrap, topic, strconv.Itoa(n), "12", "20")
 	p := startProc(t, nil, name, args...)
 	// The kill lands mid-run: after a third of the records were
 	// acknowledged, while the rest are still being sent.
@@ -513,7 +513,7 @@ func (s *suite) javaGroup(t *testing.T) {
 	// settled on two members with partitions each when records flow.
 	var members []*proc
 	for _, m := range []string{"a", "b"} {
-		name, args := javaCmd(javaPrograms(t), "CooperativeConsumer", s.tg.bootstrap, topic, group, m, "10")
+		name, args := JavaCmd(javaPrograms(t), "CooperativeConsumer", s.tg.bootstrap, topic, group, m, "10")
 		members = append(members, startProc(t, nil, name, args...))
 	}
 	waitFor(t, 2*time.Minute, "both members with partitions", func() string {

@@ -18,17 +18,6 @@ import (
 	"time"
 )
 
-// compatHome is where .ci/compat-deps installs what is not a Debian
-// package: lib/ (Kafka's jars), venv/ (confluent-kafka and kafka-python
-// from PyPI), js/node_modules (kafkajs).
-func compatHome() string {
-	if h := os.Getenv("COMPAT_HOME"); h != "" {
-		return h
-	}
-	h, _ := os.UserHomeDir()
-	return filepath.Join(h, ".cache", "tapes-compat")
-}
-
 const installHint = "run .ci/compat-deps"
 
 // need skips t, or fails it under CI=true, when check finds the tool
@@ -63,13 +52,11 @@ func haveCommand(name string, args ...string) func() error {
 	}
 }
 
-func libDir() string { return filepath.Join(compatHome(), "lib") }
-
 // needJava: java, javac and Kafka's jars.
 func needJava(t *testing.T) {
 	t.Helper()
 	need(t, "java", haveCommand("java", "-version"))
-	need(t, "Kafka's jars", haveFile(filepath.Join(libDir(), "kafka-tools-4.4.0.jar")))
+	need(t, "Kafka's jars", haveFile(filepath.Join(LibDir(), kafkaToolsJar)))
 }
 
 var (
@@ -89,7 +76,7 @@ func javaPrograms(t *testing.T) string {
 			return
 		}
 		srcs, _ := filepath.Glob(filepath.Join("testdata", "java", "*.java"))
-		out, err := exec.Command("javac", append([]string{"-cp", filepath.Join(libDir(), "*"), "-d", dir}, srcs...)...).CombinedOutput()
+		out, err := exec.Command("javac", append([]string{"-cp", filepath.Join(LibDir(), "*"), "-d", dir}, srcs...)...).CombinedOutput()
 		if err != nil {
 			javaErr = fmt.Errorf("javac: %v: %s", err, tail(out))
 		}
@@ -101,33 +88,21 @@ func javaPrograms(t *testing.T) string {
 	return javaClasses
 }
 
-// javaCmd is `java -cp LIB/*[:CLASSES] MAIN ARGS`, logging at WARN.
-func javaCmd(classes, main string, args ...string) (string, []string) {
-	cp := filepath.Join(libDir(), "*")
-	if classes != "" {
-		cp += string(os.PathListSeparator) + classes
-	}
-	return "java", append([]string{"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dorg.slf4j.simpleLogger.logFile=System.err",
-		"-cp", cp, main}, args...)
-}
-
 // Kafka's tools' main classes, as bin/kafka-*.sh run them in 4.x.
 const (
-	topicCommand        = "org.apache.kafka.tools.TopicCommand"
-	consumerGroups      = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
-	consoleProducer     = "org.apache.kafka.tools.ConsoleProducer"
-	consoleConsumer     = "org.apache.kafka.tools.consumer.ConsoleConsumer"
-	producerPerformance = "org.apache.kafka.tools.ProducerPerformance"
+	topicCommand    = "org.apache.kafka.tools.TopicCommand"
+	consumerGroups  = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+	consoleProducer = "org.apache.kafka.tools.ConsoleProducer"
+	consoleConsumer = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 )
 
-func venvPython() string { return filepath.Join(compatHome(), "venv", "bin", "python") }
+func venvPython() string { return filepath.Join(Home(), "venv", "bin", "python") }
 
 // debianPython is the system Python whose confluent_kafka is Debian's
 // python3-confluent-kafka (librdkafka 2.0.2).
 const debianPython = "/usr/bin/python3"
 
-func nodePath() string { return filepath.Join(compatHome(), "js", "node_modules") }
+func nodePath() string { return filepath.Join(Home(), "js", "node_modules") }
 
 // run runs name args with stdin to completion within d and returns its
 // stdout; a non-zero exit fails t with the tail of stderr.

@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tapes-dev/tapes/internal/compat"
+	"github.com/tapes-dev/tapes/internal/testcluster"
+)
+
+// TestBenchKafkaPerf runs Apache Kafka's own kafka-producer-perf-test
+// (org.apache.kafka.tools.ProducerPerformance, from the jars
+// .ci/compat-deps installs; the classpath is internal/compat's) against
+// tapes' Kafka listeners, beside `producerd perf` against gRPC, on one
+// fresh 3-broker cluster in one run: acks=all with the idempotent producer,
+// 100-byte records, unthrottled, each on a fresh topic of 6 partitions
+// (RF 3, min.insync.replicas=2), both with Kafka's producer defaults
+// (batch.size 16384, linger.ms 5, 5 requests in flight per partition).
+// It prints records/s, MB/s and latency percentiles side by side, the
+// ratios Kafka/gRPC, and under each row every broker's fsyncs/s, CPU and
+// profile. The rows alternate (gRPC, Kafka, gRPC, ...) for
+// TAPES_BENCH_KAFKA_ROUNDS rounds (default 1) of TAPES_BENCH_PERF_RECORDS
+// records each (default 1,000,000). Skipped, with the reason, when java or
+// Kafka's jars are missing. The goal (issue 10): the Kafka front end within
+// 10% of the gRPC path; nothing here asserts it.
+func TestBenchKafkaPerf(t *testing.T) {
+	needBench(t)
+	if err := compat.JavaMissing(); err != nil {
+		fmt.Printf("\nkafka-producer-perf-test vs producerd perf: skipped: %v (run .ci/compat-deps)\n", err)
+		t.Skipf("%v (run .ci/compat-deps)", err)
+	}
+	e := testcluster.Start(t, binDir, 3, append(slices.Clone(observeArgs), brokerArgs()...)...)
+	profile := time.Duration(setting("TAPES_BENCH_PROFILE_SECONDS", 5)) * time.Second
+	records := setting("TAPES_BENCH_PERF_RECORDS", 1_000_000)
+	rounds := setting("TAPES_BENCH_KAFKA_ROUNDS", 1)
+	kafkaBootstrap := strings.Join(e.KafkaBootstrap(), ",")
+
+	fmt.Printf("\nkafka-producer-perf-test (Kafka listener) vs producerd perf (gRPC), same cluster: acks=all, idempotent, 100-byte records, %d records unthrottled,\n", records)
+	fmt.Printf("6 partitions (RF 3, min.insync.replicas=2), batch 16384 bytes, linger 5 ms, 5 in flight per partition, producer on the same machine\n")
+	fmt.Printf("%-26s %12s %8s %9s %9s %9s %9s %9s %9s\n", "producer (front end)", "records/s", "MB/s", "avg ms", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms")
+	topicN := 0
+	row := func(name string, run func(topic string) perfResult) perfResult {
+		topicN++
+		topic := fmt.Sprintf("kperf-%d", topicN)
+		e.CreateTopic(topic, 6, 3, map[string]string{"min.insync.replicas": "2"})
+		o := observe(t, e, profile)
+		r := run(topic)
+		fmt.Printf("%-26s %12.0f %8.2f %9.1f %9d %9d %9d %9d %9.0f\n", name, r.recsPerSec, r.mbPerSec, r.avgMs, r.p50, r.p95, r.p99, r.p999, r.maxMs)
+		// The tool's progress lines (every 5 s): a stall shows as a window
+		// with few records sent.
+		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			if strings.Contains(l, "records sent") && !perfFinal.MatchString(l) {
+				fmt.Println("    progress: " + strings.TrimSpace(l))
+			}
+		}
+		o.print()
+		// Every record acknowledged once: the leaders' high watermarks
+		// reach exactly the count sent (a report may lag, not exceed it).
+		e.WaitFor(30*time.Second, fmt.Sprintf("%s to hold the %d records %s sent", topic, r.records, name), func() bool {
+			return storedRecords(e, topic, 6) == r.records
+		})
+		waitCaughtUp(t, e, topic, 6)
+		time.Sleep(5 * time.Second) // as TestBenchProducerPerf: let the brokers settle
+		return r
+	}
+	var grpc, kafka []perfResult
+	var commands []string
+	for range rounds {
+		g := row("producerd perf (gRPC)", func(topic string) perfResult {
+			return runPerf(t, e, "--topic", topic, "--num-records", fmt.Sprint(records), "--record-size", "100",
+				"--throughput", "-1", "--acks", "all", "--idempotent", "--reporting-interval", "5s")
+		})
+		k := row("kafka-producer-perf-test", func(topic string) perfResult {
+			args := []string{"--topic", topic, "--num-records", fmt.Sprint(records), "--record-size", "100", "--throughput", "-1",
+				"--command-property", "acks=all", "enable.idempotence=true", "bootstrap.servers=" + kafkaBootstrap}
+			name, jargs := compat.JavaCmd("", compat.ProducerPerformance, args...)
+			return runPerfTool(t, "kafka-producer-perf-test "+strings.Join(args, " "), name, jargs...)
+		})
+		grpc, kafka = append(grpc, g), append(kafka, k)
+		commands = append(commands, g.command, k.command)
+	}
+	g, k := bestRate(grpc), bestRate(kafka)
+	fmt.Printf("Kafka listener / gRPC (best of %d each): records/s %.2f, p50 %.2f, p99 %.2f (goal: records/s at least 0.90)\n",
+		rounds, k.recsPerSec/g.recsPerSec, ratio(k.p50, g.p50), ratio(k.p99, g.p99))
+	fmt.Println("commands (the bootstrap addresses are the fresh cluster's; kafka-producer-perf-test is " + compat.ProducerPerformance + " on " + compat.LibDir() + "/*):")
+	for _, c := range commands {
+		fmt.Println("  " + c)
+	}
+}
+
+// bestRate is the run with the most records/s.
+func bestRate(rs []perfResult) perfResult {
+	return slices.MaxFunc(rs, func(a, b perfResult) int { return cmp.Compare(a.recsPerSec, b.recsPerSec) })
+}
+
+// ratio is a/b, with a latency of 0 ms counted as 1 ms so that a ratio
+// always prints.
+func ratio(a, b int64) float64 { return float64(max(a, 1)) / float64(max(b, 1)) }
+
+// storedRecords is the sum over topic's partitions of high watermark minus
+// log start, as the partitions' leaders report them.
+func storedRecords(e *testcluster.Env, topic string, partitions int32) int64 {
+	var n int64
+	for p := range partitions {
+		m := e.Partition(topic, p)
+		n += m.GetHighWatermark() - m.GetLogStartOffset()
+	}
+	return n
+}
