@@ -75,27 +75,7 @@ func TestChaosCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	// leaderOf asks every broker and believes the highest epoch: an
-	// isolated broker still answers with what it last knew.
-	leaderOf := func() int32 {
-		leader, epoch := int32(-1), int64(-1)
-		for id := int32(1); id <= 3; id++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			bc, err := cl.Broker(ctx, id)
-			var md *tapesv1.MetadataResponse
-			if err == nil {
-				md, err = bc.Metadata(ctx, &tapesv1.MetadataRequest{Topics: []string{"orders"}})
-			}
-			cancel()
-			if err != nil || len(md.Topics) != 1 || len(md.Topics[0].Partitions) == 0 {
-				continue
-			}
-			if p := md.Topics[0].Partitions[0]; p.LeaderEpoch > epoch {
-				leader, epoch = p.LeaderId, p.LeaderEpoch
-			}
-		}
-		return leader
-	}
+	leaderOf := func() int32 { return highestEpochLeader(cl, "orders", 0) }
 	old := leaderOf()
 	code, out = chaosCmd(t, dir, "isolate", "--leader-of", "orders/0")
 	if code != 0 || !strings.Contains(out, "isolated broker-") {
@@ -133,6 +113,29 @@ func TestChaosCLI(t *testing.T) {
 	if code, out = chaosCmd(t, dir, "kill", "broker-9"); code != 2 || !strings.Contains(out, `no process "broker-9"`) {
 		t.Fatalf("unknown name: %d %s", code, out)
 	}
+}
+
+// highestEpochLeader asks every broker of a 3-broker cluster for the
+// leader of topic-p and believes the highest epoch: an isolated broker
+// still answers with what it last knew. -1 when none answers.
+func highestEpochLeader(cl *client.Client, topic string, p int32) int32 {
+	leader, epoch := int32(-1), int64(-1)
+	for id := int32(1); id <= 3; id++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		bc, err := cl.Broker(ctx, id)
+		var md *tapesv1.MetadataResponse
+		if err == nil {
+			md, err = bc.Metadata(ctx, &tapesv1.MetadataRequest{Topics: []string{topic}})
+		}
+		cancel()
+		if err != nil || len(md.Topics) != 1 || int(p) >= len(md.Topics[0].Partitions) {
+			continue
+		}
+		if pm := md.Topics[0].Partitions[p]; pm.LeaderEpoch > epoch {
+			leader, epoch = pm.LeaderId, pm.LeaderEpoch
+		}
+	}
+	return leader
 }
 
 // startClusterUp starts `cluster up --brokers 3 --demo` on dir with the

@@ -3,6 +3,7 @@ package systest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -27,6 +28,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/eventually"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
+	"github.com/tapes-dev/tapes/internal/producer"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
@@ -37,8 +39,9 @@ import (
 const kgoMemberEnv = "TAPES_SYSTEST_KGO_MEMBER"
 
 // kgoMemberCommit is the offset the franz-go member commits for every
-// partition it is given (it cannot fetch records until Kafka Fetch is
-// served, so it commits a fixed position, with its generation).
+// partition it is given: a fixed position, with its generation, that the
+// test compares across kadm and the CLI (the records it processes are in
+// its history, not in its commits).
 const kgoMemberCommit = 10
 
 func init() {
@@ -60,7 +63,8 @@ func init() {
 //
 //	committed member=ID generation=N partitions=0,1 err=<nil>
 //
-// It runs until killed.
+// and a "record" history line for every record it processes. It runs
+// until killed.
 func runKgoMember(args []string) int {
 	if len(args) != 4 {
 		fmt.Fprintf(os.Stderr, "%s: want BOOTSTRAP GROUP TOPIC HISTORY, got %q\n", kgoMemberEnv, args)
@@ -118,6 +122,7 @@ func runKgoMember(args []string) int {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(args[0], ",")...), kgo.ClientID("kgo-member"),
 		kgo.ConsumerGroup(args[1]), kgo.ConsumeTopics(topic), kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(3*time.Second), kgo.HeartbeatInterval(300*time.Millisecond), kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 			historyLine(cl, consumer.HistoryAssigned, m[topic])
 			mu.Lock()
@@ -171,15 +176,34 @@ func runKgoMember(args []string) int {
 			cancel()
 		}
 	}()
-	// Records cannot be fetched yet (Kafka Fetch is not served in this
-	// branch): polling keeps the client's consumer running and its errors
-	// are ignored. Once Fetch is served, this loop writes one history line
-	// per record (consumer.HistoryLine, as consumerd does) for the
-	// no-two-owners check; see TestKafkaMixedGroup.
+	// The poll loop processes each record by writing its "record" history
+	// line, as consumerd does. Rebalances wait for the loop
+	// (BlockRebalanceOnPoll, AllowRebalance after the records are
+	// written), so a revoked partition's records are all written before
+	// its "revoked" line and none after.
 	for {
-		cl.PollFetches(context.Background())
+		fs := cl.PollFetches(context.Background())
+		_, gen := cl.GroupMetadata()
+		fs.EachRecord(func(r *kgo.Record) {
+			l := consumer.HistoryLine{Type: consumer.HistoryRecord, Consumer: "kgo-member", Generation: gen, Topic: topic,
+				Partition: &r.Partition, Offset: &r.Offset, Value: ptrTo(string(r.Value))}
+			if r.Key != nil {
+				l.Key = ptrTo(string(r.Key))
+			}
+			for _, h := range r.Headers {
+				if h.Key == "event_id" {
+					l.EventID = ptrTo(string(h.Value))
+				}
+			}
+			if err := hist.Write(l); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		})
+		cl.AllowRebalance()
 	}
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // kgoMember is a running franz-go member process.
 type kgoMember struct {
@@ -467,14 +491,15 @@ func kadmOffsets(adm *kadm.Client, group, topic string) (map[int32]int64, error)
 // the franz-go member is SIGKILLed and, after its session timeout, its
 // partitions move to the two consumerd.
 //
-// The three histories show no partition owned by two members at once
-// (ownershipOverlap). Not yet checked, for want of Kafka Fetch in this
-// branch: that none is processed by two at once. Once Fetch is served,
-// runKgoMember's poll loop writes a "record" HistoryLine per record as
-// consumerd does, producerd writes during the test, and a check beside
-// ownershipOverlap asserts that every member's record lines of a
-// partition fall inside its ownership spans (so no two process it at
-// once) and that every produced offset was processed.
+// producerd writes across the SIGKILL; every member writes a "record"
+// history line per record it processes (the franz-go member as consumerd
+// does). The three histories show no partition owned by two members at
+// once (ownershipOverlap), every member's records processed inside its
+// own ownership of their partition (processedOutsideOwnership: so no
+// partition's record is processed by two members at once), and every
+// offset of the log, those producerd wrote included, processed; the
+// franz-go member's partitions are processed by the consumerd members
+// after its SIGKILL.
 func TestKafkaMixedGroup(t *testing.T) {
 	e := start(t, 3)
 	const topic, grp, n = "orders", "mixed", 6
@@ -667,6 +692,19 @@ func TestKafkaMixedGroup(t *testing.T) {
 		return nil
 	})
 
+	// Records flow from here on: producerd writes while the franz-go
+	// member processes its partitions, then across its SIGKILL.
+	prodHist := filepath.Join(dir, "producer-1.producer.jsonl")
+	prod := startProducerd(t, e, "--topic", topic, "--rate", "100", "--count", "1500", "--name", "producer-1", "--history", prodHist)
+	eventually.Nil(t, 60*time.Second, "the franz-go member to process producerd's records", func() error {
+		for _, l := range history(t, dir, "kgo-member") {
+			if l.Type == consumer.HistoryRecord && *l.Offset >= 20 {
+				return nil
+			}
+		}
+		return errors.New("no record past the first 20 of a partition processed yet")
+	})
+
 	// SIGKILL the franz-go member: after its session timeout (3 s) its
 	// partitions move to the consumerd members.
 	killed := time.Now()
@@ -700,6 +738,129 @@ func TestKafkaMixedGroup(t *testing.T) {
 			t.Fatalf("%s wrote no history", name)
 		}
 	}
+
+	// Every offset of the log is processed, producerd's 1500 included,
+	// and the franz-go member's partitions by the consumerd members after
+	// the kill; then the histories are read again for the checks.
+	prod.wait(90 * time.Second)
+	acked := 0
+	pl, err := producer.ReadHistoryFile(prodHist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range pl {
+		if l.Status == producer.StatusOK {
+			acked++
+		}
+	}
+	if acked != 1500 {
+		t.Fatalf("producerd acknowledged %d of its 1500 records", acked)
+	}
+	eventually.Nil(t, 60*time.Second, "every offset of the log processed", func() error {
+		done := map[int32]map[int64]bool{}
+		after := map[int32]bool{}
+		for name := range hs {
+			hs[name] = history(t, dir, name)
+			for _, l := range hs[name] {
+				if l.Type != consumer.HistoryRecord {
+					continue
+				}
+				if done[*l.Partition] == nil {
+					done[*l.Partition] = map[int64]bool{}
+				}
+				done[*l.Partition][*l.Offset] = true
+				if name != "kgo-member" && l.At.After(killed) {
+					after[*l.Partition] = true
+				}
+			}
+		}
+		for p := int32(0); p < n; p++ {
+			hw := e.Partition(topic, p).HighWatermark
+			for o := int64(0); o < hw; o++ {
+				if !done[p][o] {
+					return fmt.Errorf("%s-%d offset %d (of %d) not processed", topic, p, o, hw)
+				}
+			}
+		}
+		for _, p := range mine.partitions {
+			if !after[p] {
+				return fmt.Errorf("the franz-go member's partition %d not processed by a consumerd after the kill", p)
+			}
+		}
+		return nil
+	})
+	if err := processedOutsideOwnership(hs, map[string]time.Time{"kgo-member": killed}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ownershipOverlap(hs, map[string]time.Time{"kgo-member": killed}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var kgoRecords int
+	for _, l := range hs["kgo-member"] {
+		if l.Type == consumer.HistoryRecord {
+			kgoRecords++
+		}
+	}
+	t.Logf("every offset processed; the franz-go member processed %d records, each inside its ownership", kgoRecords)
+}
+
+// TestProcessedOutsideOwnership: the check above finds a record processed
+// after its partition was revoked, or after its member was killed, and
+// accepts records inside the ownership.
+func TestProcessedOutsideOwnership(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	rec := func(s int, p int32, off int64) consumer.HistoryLine {
+		return consumer.HistoryLine{Type: consumer.HistoryRecord, At: at(s), Partition: &p, Offset: &off}
+	}
+	hs := map[string][]consumer.HistoryLine{"a": {
+		{Type: consumer.HistoryAssigned, At: at(0), Partitions: []int32{0, 1}},
+		rec(1, 0, 0), rec(2, 1, 0),
+		{Type: consumer.HistoryRevoked, At: at(5), Partitions: []int32{1}},
+		rec(6, 0, 1),
+	}}
+	if err := processedOutsideOwnership(hs, nil, at(30)); err != nil {
+		t.Fatalf("records inside the ownership: %v", err)
+	}
+	if err := processedOutsideOwnership(hs, map[string]time.Time{"a": at(5)}, at(30)); err == nil {
+		t.Fatal("a record at 6 of a member killed at 5: not found")
+	}
+	hs["a"] = append(hs["a"], rec(7, 1, 1))
+	if err := processedOutsideOwnership(hs, nil, at(30)); err == nil {
+		t.Fatal("partition 1 processed after its revocation: not found")
+	}
+}
+
+// processedOutsideOwnership returns an error naming the first record a
+// member processed (a "record" line) at a time it did not own the
+// record's partition by its own history (ownership as ownershipOverlap
+// reads it). With no overlapping ownership, it means no partition's record
+// was processed by two members at once.
+func processedOutsideOwnership(histories map[string][]consumer.HistoryLine, ended map[string]time.Time, now time.Time) error {
+	for member, h := range histories {
+		open := map[int32]time.Time{}
+		end := now
+		if e, ok := ended[member]; ok {
+			end = e
+		}
+		for _, l := range h {
+			switch l.Type {
+			case consumer.HistoryAssigned:
+				for _, p := range l.Partitions {
+					open[p] = l.At
+				}
+			case consumer.HistoryRevoked, consumer.HistoryLost:
+				for _, p := range l.Partitions {
+					delete(open, p)
+				}
+			case consumer.HistoryRecord:
+				if _, ok := open[*l.Partition]; !ok || l.At.After(end) {
+					return fmt.Errorf("%s processed partition %d offset %d at %v without owning it", member, *l.Partition, *l.Offset, l.At.Format(time.StampMicro))
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // TestOwnershipOverlap: the check above finds a partition owned by two

@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	fkerr "github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -50,7 +53,8 @@ type consumedRecord struct {
 // with headers and timestamps to a 3-partition RF 3 topic through the
 // Kafka listeners while a partition leader is SIGKILLed; kgo retries what
 // the dead leader left unanswered. Afterwards `cluster consume --format
-// json` and the gRPC Fetch each read every acknowledged record exactly
+// json`, the gRPC Fetch and a franz-go cooperative-sticky group consumer
+// (committing, its commits checked) each read every acknowledged record exactly
 // once, at its acknowledged offset, in per-key order, with its key,
 // headers and timestamp as produced.
 func TestKafkaIdempotentProduceThroughLeaderKill(t *testing.T) {
@@ -69,6 +73,9 @@ func TestKafkaIdempotentProduceThroughLeaderKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	// The group consumer reads (and commits) while the records are
+	// produced and the leader is killed.
+	reader := startGroupReader(t, e, "orders-readers", "orders")
 
 	const keys, perKey = 12, 250
 	base := time.Now().Add(-time.Hour).UnixMilli()
@@ -163,6 +170,10 @@ func TestKafkaIdempotentProduceThroughLeaderKill(t *testing.T) {
 	}
 	checkKafkaAcked(t, "gRPC fetch", acked, fetched)
 
+	// And by the franz-go cooperative-sticky group consumer, which
+	// committed what it had read.
+	checkKafkaAcked(t, "kgo group consumer", acked, reader.wait(t, len(acked)))
+
 	// The batches are stored as kgo sent them: snappy-compressed.
 	var snappy, all int
 	for p := range int32(3) {
@@ -177,6 +188,117 @@ func TestKafkaIdempotentProduceThroughLeaderKill(t *testing.T) {
 	if snappy == 0 || all < 30 {
 		t.Fatal("no stored batch is compressed as kgo sent it")
 	}
+}
+
+// groupReader is a franz-go cooperative-sticky member of a group reading
+// a topic from its start, committing each polled batch (synchronously)
+// after recording it. Its goroutine polls until the test ends.
+type groupReader struct {
+	cl           *kgo.Client
+	group, topic string
+
+	mu  sync.Mutex
+	got []consumedRecord // guarded by mu: in the order read
+	err error            // guarded by mu: the first failed commit
+}
+
+// startGroupReader joins group (which creates __consumer_offsets if it is
+// missing: Kafka, and tapes, refuse that with fewer live brokers than its
+// replication factor, so a test that kills a broker joins before) and
+// returns once the member owns partitions.
+func startGroupReader(t *testing.T, e *testcluster.Env, group, topic string) *groupReader {
+	t.Helper()
+	g := &groupReader{group: group, topic: topic}
+	assigned := make(chan struct{})
+	var once sync.Once
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.KafkaBootstrap()...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.RetryTimeout(60*time.Second),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { once.Do(func() { close(assigned) }) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.cl = cl
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done; cl.Close() })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			recs := fs.Records()
+			g.mu.Lock()
+			for _, r := range recs {
+				c := consumedRecord{Partition: r.Partition, Offset: r.Offset, Value: string(r.Value), Timestamp: r.Timestamp.UnixMilli(), Headers: map[string]string{}}
+				if r.Key != nil {
+					k := string(r.Key)
+					c.Key = &k
+				}
+				for _, h := range r.Headers {
+					c.Headers[h.Key] = string(h.Value)
+				}
+				g.got = append(g.got, c)
+			}
+			g.mu.Unlock()
+			if err := cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
+				g.mu.Lock()
+				if g.err == nil {
+					g.err = err
+				}
+				g.mu.Unlock()
+			}
+		}
+	}()
+	select {
+	case <-assigned:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("group %s: no partition assigned in 60 s", group)
+	}
+	return g
+}
+
+// wait returns the records read once there are n (60 s at most), after
+// checking that the group's committed offsets are the partitions' ends.
+func (g *groupReader) wait(t *testing.T, n int) []consumedRecord {
+	t.Helper()
+	var got []consumedRecord
+	eventually.Nil(t, 60*time.Second, fmt.Sprintf("group %s to read %d records", g.group, n), func() error {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.err != nil {
+			t.Fatalf("group %s commit: %v", g.group, g.err)
+		}
+		if len(g.got) < n {
+			return fmt.Errorf("%d read", len(g.got))
+		}
+		got = slices.Clone(g.got)
+		return nil
+	})
+	// The commits are the group's: its offsets are every partition's end.
+	adm := kadm.NewClient(g.cl)
+	eventually.Nil(t, 30*time.Second, "group "+g.group+"'s commits at the partitions' ends", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ends, err := adm.ListEndOffsets(ctx, g.topic)
+		if err != nil {
+			return err
+		}
+		committed, err := adm.FetchOffsets(ctx, g.group)
+		if err != nil {
+			return err
+		}
+		var errs []string
+		ends.Each(func(o kadm.ListedOffset) {
+			if c, ok := committed.Lookup(g.topic, o.Partition); !ok || c.At != o.Offset {
+				errs = append(errs, fmt.Sprintf("partition %d committed at %d, its end is %d", o.Partition, c.At, o.Offset))
+			}
+		})
+		if len(errs) > 0 {
+			return errors.New(strings.Join(errs, "; "))
+		}
+		return nil
+	})
+	return got
 }
 
 // checkKafkaAcked fails unless got holds every acknowledged record exactly

@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == kafkaProbeArg {
 		os.Exit(kafkaProbe(os.Args[2:])) // the test binary as a Kafka client under the launcher
 	}
+	if len(os.Args) > 1 && os.Args[1] == kafkaAcks1Arg {
+		os.Exit(kafkaAcks1Producer(os.Args[2:]))
+	}
 	dir, cleanup, err := testcluster.Build()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "systest: %v\n", err)
