@@ -22,6 +22,11 @@ const (
 	OpDeleteTopic     Op = "delete_topic"
 	OpUpdatePartition Op = "update_partition"
 	OpAllocProducerID Op = "alloc_producer_id"
+	// Reassignment (see reassign.go): an operator's target, the partition
+	// leader's progress reports and its completion.
+	OpReassignPartition    Op = "reassign_partition"
+	OpReassignProgress     Op = "reassign_progress"
+	OpCompleteReassignment Op = "complete_reassignment"
 )
 
 // Command is one entry of the controller's Raft log.
@@ -48,6 +53,12 @@ type Command struct {
 	Leader    BrokerID   `json:"leader,omitempty"`
 	Epoch     int64      `json:"epoch,omitempty"`
 	ISR       []BrokerID `json:"isr,omitempty"`
+	// OpReassignPartition: the target replica set. OpReassignProgress,
+	// OpCompleteReassignment: the partition's Raft voters and non-voters
+	// as its leader (at Epoch) sees them.
+	Target   []BrokerID `json:"target,omitempty"`
+	Voters   []BrokerID `json:"voters,omitempty"`
+	Learners []BrokerID `json:"learners,omitempty"`
 }
 
 // Encode returns the command's bytes for raft.Apply or a forwarded Propose.
@@ -250,6 +261,8 @@ func (f *FSM) apply(cmd *Command) (*Result, bool) {
 		}
 		p.Leader, p.Epoch, p.ISR = cmd.Leader, cmd.Epoch, isr
 		return &Result{}, true
+	case OpReassignPartition, OpReassignProgress, OpCompleteReassignment:
+		return s.applyReassign(cmd)
 	case OpAllocProducerID:
 		id := s.NextProducerID
 		s.NextProducerID++

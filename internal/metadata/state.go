@@ -28,9 +28,27 @@ type Broker struct {
 
 // PartitionState is the controller's view of one partition.
 type PartitionState struct {
-	// Replicas is the assignment; Replicas[0] is the preferred leader. It
-	// never changes after creation (no reassignment yet).
+	// Replicas is the assignment; Replicas[0] is the preferred leader.
+	// During a reassignment it is the union of the replicas before and
+	// Target (what every broker hosts meanwhile, as Kafka's controller
+	// does); it becomes Target when the reassignment completes.
 	Replicas []BrokerID `json:"replicas"`
+	// Target is the replica set a reassignment moves to, nil when none is
+	// in progress. Invariant: non-empty, no duplicates, every id registered
+	// when recorded; Adding and Removing are set exactly while it is.
+	Target []BrokerID `json:"target,omitempty"`
+	// Adding lists the replicas of Target that were not replicas before
+	// (Kafka's adding_replicas): their brokers open the replica without
+	// bootstrapping the Raft group and wait for the leader to add them.
+	// Removing lists the replicas leaving (Kafka's removing_replicas).
+	// Invariant: Adding ⊆ Target, Removing ∩ Target = ∅, both ⊆ Replicas.
+	Adding   []BrokerID `json:"adding,omitempty"`
+	Removing []BrokerID `json:"removing,omitempty"`
+	// Voters and Learners are the partition's Raft configuration as its
+	// leader last reported it during a reassignment (progress for
+	// `cluster topics describe`); nil outside one.
+	Voters   []BrokerID `json:"voters,omitempty"`
+	Learners []BrokerID `json:"learners,omitempty"`
 	// Leader is -1 until a leader reports. Invariant: Leader is -1 or in Replicas.
 	Leader BrokerID `json:"leader"`
 	// Epoch is the Raft term of Leader's group. Invariant: it never decreases;
@@ -103,12 +121,22 @@ func (s *State) clone() *State {
 			ct.Configs[k] = v
 		}
 		for i, p := range t.Partitions {
-			ct.Partitions[i] = PartitionState{Replicas: slices.Clone(p.Replicas), Leader: p.Leader, Epoch: p.Epoch, ISR: slices.Clone(p.ISR)}
+			ct.Partitions[i] = p.clone()
 		}
 		c.Topics[n] = ct
 	}
 	return c
 }
+
+// clone returns a deep copy.
+func (p PartitionState) clone() PartitionState {
+	return PartitionState{Replicas: slices.Clone(p.Replicas), Leader: p.Leader, Epoch: p.Epoch, ISR: slices.Clone(p.ISR),
+		Target: slices.Clone(p.Target), Adding: slices.Clone(p.Adding), Removing: slices.Clone(p.Removing),
+		Voters: slices.Clone(p.Voters), Learners: slices.Clone(p.Learners)}
+}
+
+// Reassigning reports whether a reassignment of the partition is in progress.
+func (p PartitionState) Reassigning() bool { return len(p.Target) > 0 }
 
 // BrokerIDs returns the registered broker ids in ascending order.
 func (s *State) BrokerIDs() []BrokerID {
