@@ -98,6 +98,9 @@ func (c *topicsCommand) reassign(ctx context.Context, args []string) error {
 			}
 			line := fmt.Sprintf("step: voters %s  non-voters %s  leader %d  ISR %s", clitext.BrokerList(pm.GetRaftVoters()),
 				clitext.BrokerList(pm.GetRaftLearners()), pm.GetLeaderId(), clitext.BrokerList(pm.GetIsr()))
+			if len(pm.GetRaftVoters()) == 0 {
+				line = fmt.Sprintf("step: target recorded, waiting for leader %d's first change  ISR %s", pm.GetLeaderId(), clitext.BrokerList(pm.GetIsr()))
+			}
 			if line != last {
 				last = line
 				fmt.Fprintf(c.stdout, "%s%s\n", line, learnerLag(wctx, cl, name, p, pm))
