@@ -124,3 +124,56 @@ func (a *api) ReassignPartition(ctx context.Context, req *tapesv1.ReassignPartit
 	}
 	return &tapesv1.ReassignPartitionResponse{}, nil
 }
+
+// UnregisterBroker removes a broker that no longer hosts a replica (the
+// state machine refuses otherwise, naming a partition). The controller
+// leader then drops its vote (removeControllerVoters).
+func (a *api) UnregisterBroker(ctx context.Context, req *tapesv1.UnregisterBrokerRequest) (*tapesv1.UnregisterBrokerResponse, error) {
+	res, err := a.b.propose(ctx, &metadata.Command{Op: metadata.OpUnregisterBroker, Leader: metadata.BrokerID(req.BrokerId)})
+	if err == nil {
+		err = res.Err()
+	}
+	if err != nil {
+		if _, ok := kerr.As(err); !ok {
+			return nil, kerr.ToStatus(err)
+		}
+		return &tapesv1.UnregisterBrokerResponse{Error: asDetail(err)}, nil
+	}
+	a.b.waitMeta(ctx, func(s *metadata.State) bool { return s.Index >= res.Index })
+	return &tapesv1.UnregisterBrokerResponse{}, nil
+}
+
+// removeControllerVoters runs on reconcileLoop's goroutine: on the
+// controller quorum's leader, every unregistered broker still in the
+// quorum's configuration is removed from it, so a removed broker's vote no
+// longer counts toward the quorum's majority. Blocks for at most a few
+// seconds per removal.
+func (b *Broker) removeControllerVoters() {
+	if b.ctrlRaft.State() != raft.Leader {
+		return
+	}
+	var removed []metadata.BrokerID
+	b.meta.View(func(s *metadata.State) {
+		for id := range s.Removed {
+			removed = append(removed, id)
+		}
+	})
+	if len(removed) == 0 {
+		return
+	}
+	f := b.ctrlRaft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	for _, srv := range f.Configuration().Servers {
+		id := replication.BrokerOf(srv.ID)
+		if !slices.Contains(removed, id) || id == b.cfg.ID {
+			continue
+		}
+		if err := b.ctrlRaft.RemoveServer(srv.ID, 0, 5*time.Second).Error(); err != nil {
+			b.log.Warn("removing an unregistered broker from the controller quorum; retried next round", "broker", id, "err", err)
+		} else {
+			b.log.Info("removed an unregistered broker from the controller quorum", "broker", id)
+		}
+	}
+}

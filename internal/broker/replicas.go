@@ -43,6 +43,7 @@ func (b *Broker) reconcileLoop() {
 		case <-b.metaChanged:
 		case <-t.C:
 			b.resendStaleReports()
+			b.removeControllerVoters()
 		}
 	}
 }

@@ -25,3 +25,17 @@ func (c *Client) ReassignPartition(ctx context.Context, topic string, partition 
 	}
 	return kerr.FromDetail(resp.GetError())
 }
+
+// UnregisterBroker asks any broker to unregister broker id, which must host
+// no replica (refused otherwise, naming a partition). Retrying is safe.
+func (c *Client) UnregisterBroker(ctx context.Context, id int32) error {
+	var resp *tapesv1.UnregisterBrokerResponse
+	err := c.anyBroker(ctx, "unregister broker", func(ctx context.Context, bc tapesv1.BrokerServiceClient) (err error) {
+		resp, err = bc.UnregisterBroker(ctx, &tapesv1.UnregisterBrokerRequest{BrokerId: id})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return kerr.FromDetail(resp.GetError())
+}

@@ -27,6 +27,9 @@ const (
 	OpReassignPartition    Op = "reassign_partition"
 	OpReassignProgress     Op = "reassign_progress"
 	OpCompleteReassignment Op = "complete_reassignment"
+	// OpUnregisterBroker removes a broker that hosts no replica (cluster
+	// brokers remove, after moving its replicas away).
+	OpUnregisterBroker Op = "unregister_broker"
 )
 
 // Command is one entry of the controller's Raft log.
@@ -181,6 +184,9 @@ func (f *FSM) apply(cmd *Command) (*Result, bool) {
 		if cmd.Broker == nil || cmd.Broker.ID <= 0 {
 			return refuse(kerr.New(kerr.InvalidRequest, "register_broker without a valid broker")), false
 		}
+		if s.Removed[cmd.Broker.ID] {
+			return refuse(kerr.New(kerr.InvalidRequest, "broker %d was removed from the cluster (cluster brokers remove); it cannot register again", cmd.Broker.ID)), false
+		}
 		if old, ok := s.Brokers[cmd.Broker.ID]; ok && old == *cmd.Broker {
 			return &Result{}, false
 		}
@@ -263,6 +269,8 @@ func (f *FSM) apply(cmd *Command) (*Result, bool) {
 		return &Result{}, true
 	case OpReassignPartition, OpReassignProgress, OpCompleteReassignment:
 		return s.applyReassign(cmd)
+	case OpUnregisterBroker:
+		return s.applyUnregister(cmd.Leader)
 	case OpAllocProducerID:
 		id := s.NextProducerID
 		s.NextProducerID++
@@ -291,6 +299,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	if s.Requests == nil {
 		s.Requests = map[string]Result{}
+	}
+	if s.Removed == nil {
+		s.Removed = map[BrokerID]bool{}
 	}
 	f.mu.Lock()
 	f.state = s

@@ -134,3 +134,26 @@ func sameSet(a, b []BrokerID) bool {
 	}
 	return true
 }
+
+// applyUnregister removes broker id (OpUnregisterBroker, whose Leader field
+// names it): refused with INVALID_REQUEST naming a partition while one
+// still has it among its replicas. Unregistering a removed broker again is a
+// no-op.
+func (s *State) applyUnregister(id BrokerID) (*Result, bool) {
+	if s.Removed[id] {
+		return &Result{}, false
+	}
+	if _, ok := s.Brokers[id]; !ok {
+		return refuse(kerr.New(kerr.InvalidRequest, "broker %d is not registered (registered: %s)", id, JoinIDs(s.BrokerIDs()))), false
+	}
+	for _, name := range s.TopicNames() {
+		for p, ps := range s.Topics[name].Partitions {
+			if slices.Contains(ps.Replicas, id) {
+				return refuse(kerr.New(kerr.InvalidRequest, "broker %d still hosts a replica of %s-%d (replicas %s): move it away first", id, name, p, JoinIDs(ps.Replicas))), false
+			}
+		}
+	}
+	delete(s.Brokers, id)
+	s.Removed[id] = true
+	return &Result{}, true
+}

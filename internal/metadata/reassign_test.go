@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tapes-dev/tapes/internal/kerr"
@@ -112,5 +113,24 @@ func TestReassignSteps(t *testing.T) {
 	// The same target again moves nothing.
 	if r := apply(t, g, &Command{Op: OpReassignPartition, Name: "orders", Partition: 0, Target: []BrokerID{1, 2, 4}}); r.Err() != nil || partition0(g).Reassigning() {
 		t.Fatalf("reassign to the current replicas: %v %+v", r.Err(), partition0(g))
+	}
+}
+
+func TestUnregisterBroker(t *testing.T) {
+	f, _ := reassignFSM(t)
+	if r := apply(t, f, &Command{Op: OpUnregisterBroker, Leader: 3}); !kerr.Is(r.Err(), kerr.InvalidRequest) || !strings.Contains(r.ErrorMessage, "orders-0") {
+		t.Fatalf("unregister a broker hosting orders-0: %v", r.Err())
+	}
+	for range 2 {
+		if r := apply(t, f, &Command{Op: OpUnregisterBroker, Leader: 4}); r.Err() != nil {
+			t.Fatalf("unregister broker 4: %v", r.Err())
+		}
+	}
+	s := f.Clone()
+	if _, ok := s.Brokers[4]; ok || !s.Removed[4] {
+		t.Fatalf("broker 4 still registered or not marked removed: %+v %v", s.Brokers, s.Removed)
+	}
+	if r := apply(t, f, &Command{Op: OpRegisterBroker, Broker: &Broker{ID: 4, Address: "127.0.0.1:1"}}); !kerr.Is(r.Err(), kerr.InvalidRequest) {
+		t.Fatalf("a removed broker registers again: %v", r.Err())
 	}
 }

@@ -93,6 +93,11 @@ type State struct {
 	// answer was lost) gets the remembered result and changes nothing.
 	Requests     map[string]Result `json:"requests,omitempty"`
 	RequestOrder []string          `json:"request_order,omitempty"`
+	// Removed holds the brokers unregistered by cluster brokers remove.
+	// Invariant: disjoint from Brokers; a removed id never registers
+	// again, and the controller leader removes it from the controller
+	// quorum's voters (broker controller.go).
+	Removed map[BrokerID]bool `json:"removed,omitempty"`
 }
 
 // MaxRememberedRequests bounds State.Requests. A broker retries a proposal
@@ -101,14 +106,17 @@ type State struct {
 const MaxRememberedRequests = 1024
 
 func newState() *State {
-	return &State{Brokers: map[BrokerID]Broker{}, Topics: map[string]*Topic{}, NextTopicID: 1, NextProducerID: 1000, Requests: map[string]Result{}}
+	return &State{Brokers: map[BrokerID]Broker{}, Topics: map[string]*Topic{}, NextTopicID: 1, NextProducerID: 1000, Requests: map[string]Result{}, Removed: map[BrokerID]bool{}}
 }
 
 // clone returns a deep copy.
 func (s *State) clone() *State {
 	c := &State{Brokers: make(map[BrokerID]Broker, len(s.Brokers)), Topics: make(map[string]*Topic, len(s.Topics)),
 		NextTopicID: s.NextTopicID, NextProducerID: s.NextProducerID, Index: s.Index,
-		Requests: make(map[string]Result, len(s.Requests)), RequestOrder: slices.Clone(s.RequestOrder)}
+		Requests: make(map[string]Result, len(s.Requests)), RequestOrder: slices.Clone(s.RequestOrder), Removed: make(map[BrokerID]bool, len(s.Removed))}
+	for id := range s.Removed {
+		c.Removed[id] = true
+	}
 	for id, r := range s.Requests {
 		c.Requests[id] = r
 	}

@@ -57,6 +57,15 @@ func (r *Replica) Membership() (voters, learners []metadata.BrokerID) {
 	return voters, learners
 }
 
+// membersLocked returns the replica set the leader tracks: the last
+// SetReplicas, or Config.Replicas before any. Caller holds lead.mu.
+func (r *Replica) membersLocked() []metadata.BrokerID {
+	if r.lead.members != nil {
+		return r.lead.members
+	}
+	return r.cfg.Replicas
+}
+
 // voters returns the group's voters, or the assignment before Raft has a
 // configuration.
 func (r *Replica) voters() []metadata.BrokerID {
@@ -81,7 +90,7 @@ func (r *Replica) SetReplicas(ids []metadata.BrokerID) {
 	}
 	r.lead.mu.Lock()
 	defer r.lead.mu.Unlock()
-	if slices.Equal(members, r.lead.members) {
+	if slices.Equal(members, r.membersLocked()) {
 		return
 	}
 	r.lead.members = members

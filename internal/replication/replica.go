@@ -88,8 +88,8 @@ type leaderState struct {
 	reportedISR []metadata.BrokerID
 	// lastRetention is when retention was last checked.
 	lastRetention time.Time
-	// members is the replica set (Config.Replicas at Open, then each
-	// SetReplicas): the followers tracked, the ISR's candidates and order,
+	// members is the replica set (nil: Config.Replicas; then each
+	// SetReplicas; read through membersLocked): the followers tracked, the ISR's candidates and order,
 	// members[0] the preferred leader.
 	members []metadata.BrokerID
 	// readySince is when readyTerm began; lastTransfer when this leader last
@@ -147,7 +147,6 @@ func Open(cfg Config) (*Replica, error) {
 	f.onFail = r.storageFailed
 	r.lead.waiters = map[uint64]chan int64{}
 	r.lead.changed = make(chan struct{})
-	r.lead.members = slices.Clone(cfg.Replicas)
 	if err := r.startRaft(); err != nil {
 		l.Close()
 		return nil, err
@@ -504,10 +503,10 @@ func (r *Replica) tick(now time.Time) {
 // at most once per PreferredLeaderDelay. Raft alone would leave the
 // leaders wherever elections put them. Caller holds lead.mu.
 func (r *Replica) preferredLeaderLocked(now time.Time, isr []metadata.BrokerID) (metadata.BrokerID, bool) {
-	if r.cfg.PreferredLeaderDelay <= 0 || len(r.lead.members) < 2 {
+	if r.cfg.PreferredLeaderDelay <= 0 || len(r.membersLocked()) < 2 {
 		return 0, false
 	}
-	pref := r.lead.members[0]
+	pref := r.membersLocked()[0]
 	if pref == r.cfg.LocalID || now.Sub(r.lead.readySince) < r.cfg.PreferredLeaderDelay || now.Sub(r.lead.lastTransfer) < r.cfg.PreferredLeaderDelay {
 		return 0, false
 	}

@@ -1649,6 +1649,95 @@ func (x *ReassignPartitionResponse) GetError() *ErrorDetail {
 	return nil
 }
 
+type UnregisterBrokerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterBrokerRequest) Reset() {
+	*x = UnregisterBrokerRequest{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterBrokerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterBrokerRequest) ProtoMessage() {}
+
+func (x *UnregisterBrokerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterBrokerRequest.ProtoReflect.Descriptor instead.
+func (*UnregisterBrokerRequest) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *UnregisterBrokerRequest) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+type UnregisterBrokerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset on success.
+	Error         *ErrorDetail `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterBrokerResponse) Reset() {
+	*x = UnregisterBrokerResponse{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterBrokerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterBrokerResponse) ProtoMessage() {}
+
+func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterBrokerResponse.ProtoReflect.Descriptor instead.
+func (*UnregisterBrokerResponse) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *UnregisterBrokerResponse) GetError() *ErrorDetail {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 var File_tapes_v1_broker_proto protoreflect.FileDescriptor
 
 const file_tapes_v1_broker_proto_rawDesc = "" +
@@ -1780,7 +1869,11 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
 	"\breplicas\x18\x03 \x03(\x05R\breplicas\"H\n" +
 	"\x19ReassignPartitionResponse\x12+\n" +
-	"\x05error\x18\x01 \x01(\v2\x15.tapes.v1.ErrorDetailR\x05error2\xbb\x05\n" +
+	"\x05error\x18\x01 \x01(\v2\x15.tapes.v1.ErrorDetailR\x05error\"6\n" +
+	"\x17UnregisterBrokerRequest\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\"G\n" +
+	"\x18UnregisterBrokerResponse\x12+\n" +
+	"\x05error\x18\x01 \x01(\v2\x15.tapes.v1.ErrorDetailR\x05error2\x96\x06\n" +
 	"\rBrokerService\x12A\n" +
 	"\bMetadata\x12\x19.tapes.v1.MetadataRequest\x1a\x1a.tapes.v1.MetadataResponse\x12M\n" +
 	"\fCreateTopics\x12\x1d.tapes.v1.CreateTopicsRequest\x1a\x1e.tapes.v1.CreateTopicsResponse\x12M\n" +
@@ -1790,7 +1883,8 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\vListOffsets\x12\x1c.tapes.v1.ListOffsetsRequest\x1a\x1d.tapes.v1.ListOffsetsResponse\x12S\n" +
 	"\x0eInitProducerId\x12\x1f.tapes.v1.InitProducerIdRequest\x1a .tapes.v1.InitProducerIdResponse\x12P\n" +
 	"\rDeleteRecords\x12\x1e.tapes.v1.DeleteRecordsRequest\x1a\x1f.tapes.v1.DeleteRecordsResponse\x12\\\n" +
-	"\x11ReassignPartition\x12\".tapes.v1.ReassignPartitionRequest\x1a#.tapes.v1.ReassignPartitionResponseB:Z8github.com/tapes-dev/tapes/internal/gen/tapes/v1;tapesv1b\x06proto3"
+	"\x11ReassignPartition\x12\".tapes.v1.ReassignPartitionRequest\x1a#.tapes.v1.ReassignPartitionResponse\x12Y\n" +
+	"\x10UnregisterBroker\x12!.tapes.v1.UnregisterBrokerRequest\x1a\".tapes.v1.UnregisterBrokerResponseB:Z8github.com/tapes-dev/tapes/internal/gen/tapes/v1;tapesv1b\x06proto3"
 
 var (
 	file_tapes_v1_broker_proto_rawDescOnce sync.Once
@@ -1804,7 +1898,7 @@ func file_tapes_v1_broker_proto_rawDescGZIP() []byte {
 	return file_tapes_v1_broker_proto_rawDescData
 }
 
-var file_tapes_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_tapes_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_tapes_v1_broker_proto_goTypes = []any{
 	(*Header)(nil),                    // 0: tapes.v1.Header
 	(*Record)(nil),                    // 1: tapes.v1.Record
@@ -1831,49 +1925,54 @@ var file_tapes_v1_broker_proto_goTypes = []any{
 	(*InitProducerIdResponse)(nil),    // 22: tapes.v1.InitProducerIdResponse
 	(*ReassignPartitionRequest)(nil),  // 23: tapes.v1.ReassignPartitionRequest
 	(*ReassignPartitionResponse)(nil), // 24: tapes.v1.ReassignPartitionResponse
-	nil,                               // 25: tapes.v1.TopicMetadata.ConfigsEntry
-	nil,                               // 26: tapes.v1.TopicSpec.ConfigsEntry
-	(*ErrorDetail)(nil),               // 27: tapes.v1.ErrorDetail
+	(*UnregisterBrokerRequest)(nil),   // 25: tapes.v1.UnregisterBrokerRequest
+	(*UnregisterBrokerResponse)(nil),  // 26: tapes.v1.UnregisterBrokerResponse
+	nil,                               // 27: tapes.v1.TopicMetadata.ConfigsEntry
+	nil,                               // 28: tapes.v1.TopicSpec.ConfigsEntry
+	(*ErrorDetail)(nil),               // 29: tapes.v1.ErrorDetail
 }
 var file_tapes_v1_broker_proto_depIdxs = []int32{
 	0,  // 0: tapes.v1.Record.headers:type_name -> tapes.v1.Header
-	27, // 1: tapes.v1.PartitionMetadata.error:type_name -> tapes.v1.ErrorDetail
+	29, // 1: tapes.v1.PartitionMetadata.error:type_name -> tapes.v1.ErrorDetail
 	3,  // 2: tapes.v1.TopicMetadata.partitions:type_name -> tapes.v1.PartitionMetadata
-	25, // 3: tapes.v1.TopicMetadata.configs:type_name -> tapes.v1.TopicMetadata.ConfigsEntry
-	27, // 4: tapes.v1.TopicMetadata.error:type_name -> tapes.v1.ErrorDetail
+	27, // 3: tapes.v1.TopicMetadata.configs:type_name -> tapes.v1.TopicMetadata.ConfigsEntry
+	29, // 4: tapes.v1.TopicMetadata.error:type_name -> tapes.v1.ErrorDetail
 	2,  // 5: tapes.v1.MetadataResponse.brokers:type_name -> tapes.v1.BrokerInfo
 	4,  // 6: tapes.v1.MetadataResponse.topics:type_name -> tapes.v1.TopicMetadata
-	26, // 7: tapes.v1.TopicSpec.configs:type_name -> tapes.v1.TopicSpec.ConfigsEntry
+	28, // 7: tapes.v1.TopicSpec.configs:type_name -> tapes.v1.TopicSpec.ConfigsEntry
 	7,  // 8: tapes.v1.CreateTopicsRequest.topics:type_name -> tapes.v1.TopicSpec
-	27, // 9: tapes.v1.TopicResult.error:type_name -> tapes.v1.ErrorDetail
+	29, // 9: tapes.v1.TopicResult.error:type_name -> tapes.v1.ErrorDetail
 	9,  // 10: tapes.v1.CreateTopicsResponse.results:type_name -> tapes.v1.TopicResult
 	9,  // 11: tapes.v1.DeleteTopicsResponse.results:type_name -> tapes.v1.TopicResult
 	1,  // 12: tapes.v1.ProduceRequest.records:type_name -> tapes.v1.Record
 	1,  // 13: tapes.v1.FetchResponse.records:type_name -> tapes.v1.Record
-	27, // 14: tapes.v1.ReassignPartitionResponse.error:type_name -> tapes.v1.ErrorDetail
-	5,  // 15: tapes.v1.BrokerService.Metadata:input_type -> tapes.v1.MetadataRequest
-	8,  // 16: tapes.v1.BrokerService.CreateTopics:input_type -> tapes.v1.CreateTopicsRequest
-	11, // 17: tapes.v1.BrokerService.DeleteTopics:input_type -> tapes.v1.DeleteTopicsRequest
-	13, // 18: tapes.v1.BrokerService.Produce:input_type -> tapes.v1.ProduceRequest
-	15, // 19: tapes.v1.BrokerService.Fetch:input_type -> tapes.v1.FetchRequest
-	17, // 20: tapes.v1.BrokerService.ListOffsets:input_type -> tapes.v1.ListOffsetsRequest
-	21, // 21: tapes.v1.BrokerService.InitProducerId:input_type -> tapes.v1.InitProducerIdRequest
-	19, // 22: tapes.v1.BrokerService.DeleteRecords:input_type -> tapes.v1.DeleteRecordsRequest
-	23, // 23: tapes.v1.BrokerService.ReassignPartition:input_type -> tapes.v1.ReassignPartitionRequest
-	6,  // 24: tapes.v1.BrokerService.Metadata:output_type -> tapes.v1.MetadataResponse
-	10, // 25: tapes.v1.BrokerService.CreateTopics:output_type -> tapes.v1.CreateTopicsResponse
-	12, // 26: tapes.v1.BrokerService.DeleteTopics:output_type -> tapes.v1.DeleteTopicsResponse
-	14, // 27: tapes.v1.BrokerService.Produce:output_type -> tapes.v1.ProduceResponse
-	16, // 28: tapes.v1.BrokerService.Fetch:output_type -> tapes.v1.FetchResponse
-	18, // 29: tapes.v1.BrokerService.ListOffsets:output_type -> tapes.v1.ListOffsetsResponse
-	22, // 30: tapes.v1.BrokerService.InitProducerId:output_type -> tapes.v1.InitProducerIdResponse
-	20, // 31: tapes.v1.BrokerService.DeleteRecords:output_type -> tapes.v1.DeleteRecordsResponse
-	24, // 32: tapes.v1.BrokerService.ReassignPartition:output_type -> tapes.v1.ReassignPartitionResponse
-	24, // [24:33] is the sub-list for method output_type
-	15, // [15:24] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	29, // 14: tapes.v1.ReassignPartitionResponse.error:type_name -> tapes.v1.ErrorDetail
+	29, // 15: tapes.v1.UnregisterBrokerResponse.error:type_name -> tapes.v1.ErrorDetail
+	5,  // 16: tapes.v1.BrokerService.Metadata:input_type -> tapes.v1.MetadataRequest
+	8,  // 17: tapes.v1.BrokerService.CreateTopics:input_type -> tapes.v1.CreateTopicsRequest
+	11, // 18: tapes.v1.BrokerService.DeleteTopics:input_type -> tapes.v1.DeleteTopicsRequest
+	13, // 19: tapes.v1.BrokerService.Produce:input_type -> tapes.v1.ProduceRequest
+	15, // 20: tapes.v1.BrokerService.Fetch:input_type -> tapes.v1.FetchRequest
+	17, // 21: tapes.v1.BrokerService.ListOffsets:input_type -> tapes.v1.ListOffsetsRequest
+	21, // 22: tapes.v1.BrokerService.InitProducerId:input_type -> tapes.v1.InitProducerIdRequest
+	19, // 23: tapes.v1.BrokerService.DeleteRecords:input_type -> tapes.v1.DeleteRecordsRequest
+	23, // 24: tapes.v1.BrokerService.ReassignPartition:input_type -> tapes.v1.ReassignPartitionRequest
+	25, // 25: tapes.v1.BrokerService.UnregisterBroker:input_type -> tapes.v1.UnregisterBrokerRequest
+	6,  // 26: tapes.v1.BrokerService.Metadata:output_type -> tapes.v1.MetadataResponse
+	10, // 27: tapes.v1.BrokerService.CreateTopics:output_type -> tapes.v1.CreateTopicsResponse
+	12, // 28: tapes.v1.BrokerService.DeleteTopics:output_type -> tapes.v1.DeleteTopicsResponse
+	14, // 29: tapes.v1.BrokerService.Produce:output_type -> tapes.v1.ProduceResponse
+	16, // 30: tapes.v1.BrokerService.Fetch:output_type -> tapes.v1.FetchResponse
+	18, // 31: tapes.v1.BrokerService.ListOffsets:output_type -> tapes.v1.ListOffsetsResponse
+	22, // 32: tapes.v1.BrokerService.InitProducerId:output_type -> tapes.v1.InitProducerIdResponse
+	20, // 33: tapes.v1.BrokerService.DeleteRecords:output_type -> tapes.v1.DeleteRecordsResponse
+	24, // 34: tapes.v1.BrokerService.ReassignPartition:output_type -> tapes.v1.ReassignPartitionResponse
+	26, // 35: tapes.v1.BrokerService.UnregisterBroker:output_type -> tapes.v1.UnregisterBrokerResponse
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_tapes_v1_broker_proto_init() }
@@ -1889,7 +1988,7 @@ func file_tapes_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tapes_v1_broker_proto_rawDesc), len(file_tapes_v1_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,7 @@ const (
 	BrokerService_InitProducerId_FullMethodName    = "/tapes.v1.BrokerService/InitProducerId"
 	BrokerService_DeleteRecords_FullMethodName     = "/tapes.v1.BrokerService/DeleteRecords"
 	BrokerService_ReassignPartition_FullMethodName = "/tapes.v1.BrokerService/ReassignPartition"
+	BrokerService_UnregisterBroker_FullMethodName  = "/tapes.v1.BrokerService/UnregisterBroker"
 )
 
 // BrokerServiceClient is the client API for BrokerService service.
@@ -70,6 +71,9 @@ type BrokerServiceClient interface {
 	// AlterPartitionReassignments); its leader then moves the partition's Raft
 	// voters there one at a time. Progress is in Metadata.
 	ReassignPartition(ctx context.Context, in *ReassignPartitionRequest, opts ...grpc.CallOption) (*ReassignPartitionResponse, error)
+	// Unregisters a broker that hosts no replica (Kafka's UnregisterBroker):
+	// it can never register again, and the controller quorum drops its vote.
+	UnregisterBroker(ctx context.Context, in *UnregisterBrokerRequest, opts ...grpc.CallOption) (*UnregisterBrokerResponse, error)
 }
 
 type brokerServiceClient struct {
@@ -170,6 +174,16 @@ func (c *brokerServiceClient) ReassignPartition(ctx context.Context, in *Reassig
 	return out, nil
 }
 
+func (c *brokerServiceClient) UnregisterBroker(ctx context.Context, in *UnregisterBrokerRequest, opts ...grpc.CallOption) (*UnregisterBrokerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnregisterBrokerResponse)
+	err := c.cc.Invoke(ctx, BrokerService_UnregisterBroker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServiceServer is the server API for BrokerService service.
 // All implementations must embed UnimplementedBrokerServiceServer
 // for forward compatibility.
@@ -201,6 +215,9 @@ type BrokerServiceServer interface {
 	// AlterPartitionReassignments); its leader then moves the partition's Raft
 	// voters there one at a time. Progress is in Metadata.
 	ReassignPartition(context.Context, *ReassignPartitionRequest) (*ReassignPartitionResponse, error)
+	// Unregisters a broker that hosts no replica (Kafka's UnregisterBroker):
+	// it can never register again, and the controller quorum drops its vote.
+	UnregisterBroker(context.Context, *UnregisterBrokerRequest) (*UnregisterBrokerResponse, error)
 	mustEmbedUnimplementedBrokerServiceServer()
 }
 
@@ -237,6 +254,9 @@ func (UnimplementedBrokerServiceServer) DeleteRecords(context.Context, *DeleteRe
 }
 func (UnimplementedBrokerServiceServer) ReassignPartition(context.Context, *ReassignPartitionRequest) (*ReassignPartitionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReassignPartition not implemented")
+}
+func (UnimplementedBrokerServiceServer) UnregisterBroker(context.Context, *UnregisterBrokerRequest) (*UnregisterBrokerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnregisterBroker not implemented")
 }
 func (UnimplementedBrokerServiceServer) mustEmbedUnimplementedBrokerServiceServer() {}
 func (UnimplementedBrokerServiceServer) testEmbeddedByValue()                       {}
@@ -421,6 +441,24 @@ func _BrokerService_ReassignPartition_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BrokerService_UnregisterBroker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnregisterBrokerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServiceServer).UnregisterBroker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BrokerService_UnregisterBroker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServiceServer).UnregisterBroker(ctx, req.(*UnregisterBrokerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BrokerService_ServiceDesc is the grpc.ServiceDesc for BrokerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -463,6 +501,10 @@ var BrokerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReassignPartition",
 			Handler:    _BrokerService_ReassignPartition_Handler,
+		},
+		{
+			MethodName: "UnregisterBroker",
+			Handler:    _BrokerService_UnregisterBroker_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
