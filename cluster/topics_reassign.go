@@ -30,15 +30,7 @@ func (c *topicsCommand) reassign(ctx context.Context, args []string) error {
 			"replica as a non-voter, promotes it once caught up with the leader's commit index, moves leadership off a\n"+
 			"leaving broker and removes the leaving replicas, one at a time. Prints each step until it completes.", c.stderr)
 	t.addFlags(fs)
-	partition := int64(-1)
-	fs.Func("partition", "the partition to move (required)", func(v string) error {
-		n, err := strconv.ParseInt(v, 10, 32)
-		if err != nil || n < 0 {
-			return fmt.Errorf("want a partition number >= 0, got %q", v)
-		}
-		partition = n
-		return nil
-	})
+	partition := partitionFlag(fs, "the partition to move (required)")
 	fs.Func("replicas", "the target broker ids, comma separated, e.g. 1,2,4 (required)", func(v string) error {
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
@@ -58,12 +50,12 @@ func (c *topicsCommand) reassign(ctx context.Context, args []string) error {
 	switch {
 	case len(pos) != 1:
 		return fmt.Errorf("%w: want exactly one topic NAME, got %d", errUsage, len(pos))
-	case partition < 0:
+	case *partition < 0:
 		return fmt.Errorf("%w: --partition is required", errUsage)
 	case len(target) == 0:
 		return fmt.Errorf("%w: --replicas is required", errUsage)
 	}
-	name, p := pos[0], int32(partition)
+	name, p := pos[0], int32(*partition)
 	cl, err := t.client()
 	if err != nil {
 		return err

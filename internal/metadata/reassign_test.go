@@ -1,8 +1,6 @@
 package metadata
 
 import (
-	"bytes"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -77,15 +75,7 @@ func TestReassignSteps(t *testing.T) {
 	}
 	apply(t, f, &Command{Op: OpReassignProgress, Name: "orders", TopicID: id, Epoch: 3, Voters: []BrokerID{1, 2, 3}, Learners: []BrokerID{4}})
 	// Controller failover: a new controller restores the state and resumes.
-	snap, _ := f.Snapshot()
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	g := NewFSM()
-	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	if p := partition0(g); !p.Reassigning() || !slices.Equal(p.Learners, []BrokerID{4}) {
 		t.Fatalf("restored: %+v", p)
 	}

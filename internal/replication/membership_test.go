@@ -23,23 +23,7 @@ func TestReassignStepsMoveVoters(t *testing.T) {
 	for i := range 3 {
 		reps[i] = openTestReplica(t, muxes[i], t.TempDir(), metadata.BrokerID(i+1), all, nil)
 	}
-	leader := func() *Replica {
-		var l *Replica
-		eventually.True(t, 30*time.Second, "a ready leader", func() bool {
-			for _, r := range reps {
-				if r == nil {
-					continue
-				}
-				r.CheckLeadership()
-				if r.ReadyTerm() != 0 {
-					l = r
-					return true
-				}
-			}
-			return false
-		})
-		return l
-	}
+	leader := func() *Replica { return reps[readyLeader(t, reps, -1)] }
 	l := leader()
 	for i := range 20 {
 		if _, err := produceValues(t, l, AcksAll, storage.NoProducer, "v", string(rune('a'+i))); err != nil {

@@ -334,10 +334,17 @@ func (tr *trio) open(i int, fault *faultyLog) {
 // CheckLeadership on Raft's state changes; the test does it here.
 func (tr *trio) leader(skip int) int {
 	tr.t.Helper()
+	return readyLeader(tr.t, tr.reps[:], skip)
+}
+
+// readyLeader waits until one of reps (nil entries and index skip left
+// out) is a ready leader and returns its index.
+func readyLeader(t *testing.T, reps []*Replica, skip int) int {
+	t.Helper()
 	found := -1
-	eventually.True(tr.t, 30*time.Second, "a ready leader", func() bool {
-		for i, r := range tr.reps {
-			if i == skip {
+	eventually.True(t, 30*time.Second, "a ready leader", func() bool {
+		for i, r := range reps {
+			if i == skip || r == nil {
 				continue
 			}
 			r.CheckLeadership()
