@@ -17,8 +17,9 @@ func init() {
 		About: `Four brokers; orders has 2 partitions of RF 3 (min.insync.replicas=2) and an idempotent acks=all
 producer. Round after round for --duration, one partition is reassigned (one replica swapped for the
 broker that holds none: the new one joins as a non-voter, catches up, is promoted, the leaving one is
-removed, the leader moved off it first) while the partition's leader is SIGKILLed and restarted, or a
-broker is cut off from the others and healed, in the middle of the move; last, one broker is drained
+removed, the leader moved off it first) while, in turn, the partition's leader or the controller
+quorum's leader is SIGKILLed and restarted, or a broker is cut off from the others and healed, in the
+middle of the move; last, one broker is drained
 (every replica it holds moved to the others, as cluster brokers remove does before stopping it).
 Every reassignment must complete; expect zero anomalies (the fault class where Jepsen found Redpanda
 losing acknowledged writes).`,
@@ -40,7 +41,7 @@ func membership(ctx context.Context, e *Env) error {
 		return err
 	}
 	end := time.Now().Add(e.Duration)
-	for round := 0; round < 2 || time.Now().Before(end); round++ {
+	for round := 0; round < 3 || time.Now().Before(end); round++ {
 		p := int32(round % 2)
 		replicas, err := e.replicas(ctx, "orders", p)
 		if err != nil {
@@ -57,36 +58,8 @@ func membership(ctx context.Context, e *Env) error {
 		if err := e.reassign(ctx, "orders", p, replicas, target); err != nil {
 			return err
 		}
-		if round%2 == 0 {
-			leader, err := e.Leader(ctx, "orders", p)
-			if err != nil {
-				return err
-			}
-			name := BrokerName(leader)
-			id, err := e.Fault(fmt.Sprintf("kill %s (leader of orders-%d) mid-reassignment", name, p), func() error { return e.C.Kill(name) })
-			if err != nil {
-				return err
-			}
-			if err := e.Sleep(ctx, 2*time.Second); err != nil {
-				return err
-			}
-			if err := e.EndFault(id, "restart "+name, func() error { return e.C.Restart(name) }); err != nil {
-				return err
-			}
-		} else {
-			brokers := e.Brokers()
-			name := brokers[e.Rand.IntN(len(brokers))]
-			others := Others(brokers, name)
-			id, err := e.Fault(fmt.Sprintf("cut %s off from the other brokers mid-reassignment", name), func() error { return e.Cut(name, others, netfault.Blackhole) })
-			if err != nil {
-				return err
-			}
-			if err := e.Sleep(ctx, 3*time.Second); err != nil {
-				return err
-			}
-			if err := e.EndFault(id, "heal "+name, func() error { return e.Cut(name, others, netfault.Pass) }); err != nil {
-				return err
-			}
+		if err := e.membershipFault(ctx, round, p); err != nil {
+			return err
 		}
 		if err := e.waitReassigned(ctx, "orders", p, target, 2*time.Minute); err != nil {
 			return err
@@ -123,6 +96,59 @@ func membership(ctx context.Context, e *Env) error {
 		return err
 	}
 	return e.Stop("producer-1")
+}
+
+// membershipFault applies round's fault while topic orders' partition p
+// moves, and undoes it: the partition's leader killed (and restarted), a
+// broker cut off from the others (and healed), or the controller quorum's
+// leader killed (and restarted), in turn.
+func (e *Env) membershipFault(ctx context.Context, round int, p int32) error {
+	var (
+		name, what string
+		apply      func() error
+		undo       func() error
+		hold       = 2 * time.Second
+	)
+	switch round % 3 {
+	case 0, 2:
+		var leader int32
+		if round%3 == 0 {
+			id, err := e.Leader(ctx, "orders", p)
+			if err != nil {
+				return err
+			}
+			leader, what = id, fmt.Sprintf("leader of orders-%d", p)
+		} else {
+			md, err := e.Client.Brokers(ctx)
+			if err != nil {
+				return err
+			}
+			leader, what = md.GetControllerId(), "controller quorum leader"
+		}
+		name = BrokerName(leader)
+		what = fmt.Sprintf("kill %s (%s) mid-reassignment", name, what)
+		apply = func() error { return e.C.Kill(name) }
+		undo = func() error { return e.C.Restart(name) }
+	case 1:
+		brokers := e.Brokers()
+		name = brokers[e.Rand.IntN(len(brokers))]
+		others := Others(brokers, name)
+		what, hold = fmt.Sprintf("cut %s off from the other brokers mid-reassignment", name), 3*time.Second
+		apply = func() error { return e.Cut(name, others, netfault.Blackhole) }
+		undo = func() error { return e.Cut(name, others, netfault.Pass) }
+	}
+	id, err := e.Fault(what, apply)
+	if err != nil {
+		return err
+	}
+	if err := e.Sleep(ctx, hold); err != nil {
+		return err
+	}
+	verb := "restart "
+	if round%3 == 1 {
+		verb = "heal "
+	}
+	return e.EndFault(id, verb+name, undo)
 }
 
 // replicas returns the replica set of topic/p from fresh metadata.
