@@ -15,9 +15,9 @@ import (
 
 // reassign is `cluster topics reassign NAME --partition P --replicas
 // 1,2,4`, Kafka's kafka-reassign-partitions for one partition: it records
-// the target, then (unless --no-wait) prints each step of the partition's
-// Raft configuration as its leader moves the voters there, with a joining
-// replica's lag, until the replica set is the target.
+// the target, then (unless --no-wait) prints each Raft step the partition's
+// leaders report to the controller (a joining replica's catch-up with its
+// lag in entries), until the replica set is the target.
 func (c *topicsCommand) reassign(ctx context.Context, args []string) error {
 	var (
 		t      clusterTarget
@@ -79,23 +79,22 @@ func (c *topicsCommand) reassign(ctx context.Context, args []string) error {
 	}
 	wctx, wcancel := context.WithTimeout(ctx, wait)
 	defer wcancel()
-	last := ""
+	printed := 0
 	for {
 		pm, err := partitionMetadata(wctx, cl, name, p)
 		if err == nil {
-			if len(pm.GetAddingReplicas())+len(pm.GetRemovingReplicas()) == 0 && slices.Equal(pm.GetReplicas(), target) {
+			moving := len(pm.GetAddingReplicas())+len(pm.GetRemovingReplicas()) > 0
+			done := !moving && slices.Equal(pm.GetReplicas(), target)
+			if steps := pm.GetReassignmentSteps(); (moving || done) && len(steps) > printed {
+				for _, st := range steps[printed:] {
+					printed++
+					fmt.Fprintf(c.stdout, "step %d: %s\n", printed, st)
+				}
+			}
+			if done {
 				fmt.Fprintf(c.stdout, "Reassignment of %s-%d complete: replicas %s, leader %d, ISR %s.\n",
 					name, p, clitext.BrokerList(pm.GetReplicas()), pm.GetLeaderId(), clitext.BrokerList(pm.GetIsr()))
 				return nil
-			}
-			line := fmt.Sprintf("step: voters %s  non-voters %s  leader %d  ISR %s", clitext.BrokerList(pm.GetRaftVoters()),
-				clitext.BrokerList(pm.GetRaftLearners()), pm.GetLeaderId(), clitext.BrokerList(pm.GetIsr()))
-			if len(pm.GetRaftVoters()) == 0 {
-				line = fmt.Sprintf("step: target recorded, waiting for leader %d's first change  ISR %s", pm.GetLeaderId(), clitext.BrokerList(pm.GetIsr()))
-			}
-			if line != last {
-				last = line
-				fmt.Fprintf(c.stdout, "%s%s\n", line, learnerLag(wctx, cl, name, p, pm))
 			}
 		}
 		select {
@@ -121,32 +120,4 @@ func partitionMetadata(ctx context.Context, cl *client.Client, topic string, p i
 		}
 	}
 	return nil, fmt.Errorf("partition %s-%d not in the metadata", topic, p)
-}
-
-// learnerLag describes how far behind the leader's commit index each
-// non-voter is, from the leader's DescribeReplicas ("" when unknown).
-func learnerLag(ctx context.Context, cl *client.Client, topic string, p int32, pm *tapesv1.PartitionMetadata) string {
-	if len(pm.GetRaftLearners()) == 0 || pm.GetLeaderId() < 0 {
-		return ""
-	}
-	dr, err := cl.DescribeReplicas(ctx, pm.GetLeaderId())
-	if err != nil {
-		return ""
-	}
-	var out []string
-	for _, rs := range dr.GetReplicas() {
-		if rs.GetTopic() != topic || rs.GetPartition() != p {
-			continue
-		}
-		for _, f := range rs.GetFollowers() {
-			if slices.Contains(pm.GetRaftLearners(), f.GetBrokerId()) {
-				lag := int64(rs.GetRaftCommitIndex()) - int64(f.GetMatchIndex())
-				out = append(out, fmt.Sprintf("broker %d lag %d entries", f.GetBrokerId(), max(lag, 0)))
-			}
-		}
-	}
-	if len(out) == 0 {
-		return ""
-	}
-	return "  (" + strings.Join(out, ", ") + ")"
 }

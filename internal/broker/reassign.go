@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -44,21 +46,24 @@ func (b *Broker) driveReassignments() {
 		if !ps.Reassigning() || r.Raft().State() != raft.Leader {
 			continue
 		}
+		epoch := int64(r.Status().Term) // the term the step is taken in
 		step, err := r.ReassignStep(ps.Target, 5*time.Second)
 		if err != nil {
 			b.log.Info("reassignment step not taken; retried next round", "topic", c.Topic, "partition", c.Partition, "err", err)
 			continue
 		}
 		r.SetReplicas(trackedReplicas(ps))
-		epoch := int64(r.Status().Term)
 		b.log.Info("reassignment", "topic", c.Topic, "partition", c.Partition, "step", step.Kind, "broker", step.Broker, "lag", step.Lag,
 			"voters", metadata.JoinIDs(step.Voters), "learners", metadata.JoinIDs(step.Learners))
+		desc := stepText(step)
 		cmd := &metadata.Command{Op: metadata.OpReassignProgress, Name: c.Topic, TopicID: c.TopicID, Partition: c.Partition,
-			Epoch: epoch, Voters: step.Voters, Learners: step.Learners}
+			Epoch: epoch, Voters: step.Voters, Learners: step.Learners, Step: desc}
 		if step.Kind == replication.StepDone {
-			cmd.Op = metadata.OpCompleteReassignment
-		} else if slices.Equal(ps.Voters, step.Voters) && slices.Equal(ps.Learners, step.Learners) {
-			continue
+			cmd.Op, cmd.Step = metadata.OpCompleteReassignment, ""
+		} else if slices.Equal(ps.Voters, step.Voters) && slices.Equal(ps.Learners, step.Learners) &&
+			(step.Kind == replication.StepCatchUp && len(ps.Steps) > 0 && strings.HasPrefix(ps.Steps[len(ps.Steps)-1], string(step.Kind)) ||
+				len(ps.Steps) > 0 && ps.Steps[len(ps.Steps)-1] == desc) {
+			continue // nothing new: one catch-up line per wait, not one per round
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		res, err := b.propose(ctx, cmd)
@@ -70,6 +75,17 @@ func (b *Broker) driveReassignments() {
 			b.log.Warn("reassignment report failed; resent next round", "topic", c.Topic, "partition", c.Partition, "op", cmd.Op, "err", err)
 		}
 	}
+}
+
+// stepText is how a step is recorded in the metadata and printed.
+func stepText(s replication.Step) string {
+	switch s.Kind {
+	case replication.StepCatchUp:
+		return fmt.Sprintf("%s %d (lag %d entries)", s.Kind, s.Broker, s.Lag)
+	case replication.StepDone:
+		return string(s.Kind)
+	}
+	return fmt.Sprintf("%s %d", s.Kind, s.Broker)
 }
 
 // ReassignPartition records a target replica set for one partition (see

@@ -62,6 +62,8 @@ type Command struct {
 	Target   []BrokerID `json:"target,omitempty"`
 	Voters   []BrokerID `json:"voters,omitempty"`
 	Learners []BrokerID `json:"learners,omitempty"`
+	// OpReassignProgress: the step the leader just took ("" for none).
+	Step string `json:"step,omitempty"`
 }
 
 // Encode returns the command's bytes for raft.Apply or a forwarded Propose.

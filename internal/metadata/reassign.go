@@ -15,8 +15,9 @@ import (
 //     Target; Replicas becomes the union of the old replicas and Target, so
 //     the added brokers open the replica (without bootstrapping: Adding).
 //  2. The partition's Raft leader changes its group's voters one at a time
-//     (broker reassign.go) and reports each configuration with
-//     OpReassignProgress (Voters, Learners: shown by describe).
+//     (broker reassign.go) and reports each step and configuration with
+//     OpReassignProgress (Steps, Voters, Learners: shown by describe and
+//     printed by the reassign command).
 //  3. Once the voters are exactly Target, the leader proposes
 //     OpCompleteReassignment: Replicas becomes Target and the leaving
 //     brokers delete their replicas.
@@ -84,16 +85,29 @@ func (s *State) applyReassign(cmd *Command) (*Result, bool) {
 			}
 		}
 		p.Replicas, p.Target, p.Adding, p.Removing = replicas, slices.Clone(cmd.Target), adding, removing
-		p.Voters, p.Learners = nil, nil
+		p.Voters, p.Learners, p.Steps = nil, nil, nil
 		return &Result{TopicID: t.ID}, true
 	case OpReassignProgress:
-		if !p.Reassigning() || cmd.Epoch < p.Epoch {
-			return &Result{}, false // late or stale: ignored, not an error
+		if !p.Reassigning() {
+			return &Result{}, false // late: ignored, not an error
 		}
-		if slices.Equal(p.Voters, cmd.Voters) && slices.Equal(p.Learners, cmd.Learners) {
+		// A deposed leader's report still records the step it took (a
+		// leadership transfer is reported once its successor leads), but
+		// not its view of the configuration.
+		current := cmd.Epoch >= p.Epoch
+		newStep := cmd.Step != "" && (len(p.Steps) == 0 || p.Steps[len(p.Steps)-1] != cmd.Step)
+		if (!current || slices.Equal(p.Voters, cmd.Voters) && slices.Equal(p.Learners, cmd.Learners)) && !newStep {
 			return &Result{}, false
 		}
-		p.Voters, p.Learners = slices.Clone(cmd.Voters), slices.Clone(cmd.Learners)
+		if current {
+			p.Voters, p.Learners = slices.Clone(cmd.Voters), slices.Clone(cmd.Learners)
+		}
+		if newStep {
+			p.Steps = append(p.Steps, cmd.Step)
+			if len(p.Steps) > MaxReassignSteps {
+				p.Steps = p.Steps[len(p.Steps)-MaxReassignSteps:]
+			}
+		}
 		return &Result{}, true
 	case OpCompleteReassignment:
 		if !p.Reassigning() {

@@ -49,6 +49,11 @@ type PartitionState struct {
 	// `cluster topics describe`); nil outside one.
 	Voters   []BrokerID `json:"voters,omitempty"`
 	Learners []BrokerID `json:"learners,omitempty"`
+	// Steps lists the Raft steps the leaders took in the last reassignment,
+	// oldest first, as they reported them ("add-learner 4", "promote 4");
+	// at most MaxReassignSteps, kept after it completes (what `cluster
+	// topics reassign` prints), cleared when the next one starts.
+	Steps []string `json:"steps,omitempty"`
 	// Leader is -1 until a leader reports. Invariant: Leader is -1 or in Replicas.
 	Leader BrokerID `json:"leader"`
 	// Epoch is the Raft term of Leader's group. Invariant: it never decreases;
@@ -136,11 +141,14 @@ func (s *State) clone() *State {
 	return c
 }
 
+// MaxReassignSteps bounds PartitionState.Steps.
+const MaxReassignSteps = 32
+
 // clone returns a deep copy.
 func (p PartitionState) clone() PartitionState {
 	return PartitionState{Replicas: slices.Clone(p.Replicas), Leader: p.Leader, Epoch: p.Epoch, ISR: slices.Clone(p.ISR),
 		Target: slices.Clone(p.Target), Adding: slices.Clone(p.Adding), Removing: slices.Clone(p.Removing),
-		Voters: slices.Clone(p.Voters), Learners: slices.Clone(p.Learners)}
+		Voters: slices.Clone(p.Voters), Learners: slices.Clone(p.Learners), Steps: slices.Clone(p.Steps)}
 }
 
 // Reassigning reports whether a reassignment of the partition is in progress.

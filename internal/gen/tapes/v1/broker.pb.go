@@ -256,10 +256,13 @@ type PartitionMetadata struct {
 	RemovingReplicas []int32 `protobuf:"varint,11,rep,packed,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
 	// During a reassignment, the partition's Raft voters and non-voters as its
 	// leader last reported them.
-	RaftVoters    []int32 `protobuf:"varint,12,rep,packed,name=raft_voters,json=raftVoters,proto3" json:"raft_voters,omitempty"`
-	RaftLearners  []int32 `protobuf:"varint,13,rep,packed,name=raft_learners,json=raftLearners,proto3" json:"raft_learners,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RaftVoters   []int32 `protobuf:"varint,12,rep,packed,name=raft_voters,json=raftVoters,proto3" json:"raft_voters,omitempty"`
+	RaftLearners []int32 `protobuf:"varint,13,rep,packed,name=raft_learners,json=raftLearners,proto3" json:"raft_learners,omitempty"`
+	// The Raft steps of the partition's last reassignment, oldest first
+	// ("add-learner 4", "catch-up 4 (lag 120 entries)", "promote 4", ...).
+	ReassignmentSteps []string `protobuf:"bytes,14,rep,name=reassignment_steps,json=reassignmentSteps,proto3" json:"reassignment_steps,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PartitionMetadata) Reset() {
@@ -379,6 +382,13 @@ func (x *PartitionMetadata) GetRaftVoters() []int32 {
 func (x *PartitionMetadata) GetRaftLearners() []int32 {
 	if x != nil {
 		return x.RaftLearners
+	}
+	return nil
+}
+
+func (x *PartitionMetadata) GetReassignmentSteps() []string {
+	if x != nil {
+		return x.ReassignmentSteps
 	}
 	return nil
 }
@@ -1758,7 +1768,7 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05alive\x18\x03 \x01(\bR\x05alive\x12#\n" +
-	"\rkafka_address\x18\x04 \x01(\tR\fkafkaAddress\"\xdf\x03\n" +
+	"\rkafka_address\x18\x04 \x01(\tR\fkafkaAddress\"\x8e\x04\n" +
 	"\x11PartitionMetadata\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\x05R\bleaderId\x12!\n" +
@@ -1774,7 +1784,8 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x11removing_replicas\x18\v \x03(\x05R\x10removingReplicas\x12\x1f\n" +
 	"\vraft_voters\x18\f \x03(\x05R\n" +
 	"raftVoters\x12#\n" +
-	"\rraft_learners\x18\r \x03(\x05R\fraftLearners\"\xa4\x02\n" +
+	"\rraft_learners\x18\r \x03(\x05R\fraftLearners\x12-\n" +
+	"\x12reassignment_steps\x18\x0e \x03(\tR\x11reassignmentSteps\"\xa4\x02\n" +
 	"\rTopicMetadata\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btopic_id\x18\x02 \x01(\x04R\atopicId\x12;\n" +
