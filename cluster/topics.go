@@ -14,7 +14,7 @@ type topicsCommand struct {
 }
 
 func init() {
-	register("topics", "create, list, describe and delete topics; delete records", (&topicsCommand{stdout: os.Stdout, stderr: os.Stderr}).Run)
+	register("topics", "create, list, describe and delete topics; delete records; reassign partitions", (&topicsCommand{stdout: os.Stdout, stderr: os.Stderr}).Run)
 }
 
 // topicsActions maps each action to its run function.
@@ -24,6 +24,7 @@ var topicsActions = map[string]func(c *topicsCommand, ctx context.Context, args 
 	"describe":       (*topicsCommand).describe,
 	"delete":         (*topicsCommand).delete,
 	"delete-records": (*topicsCommand).deleteRecords,
+	"reassign":       (*topicsCommand).reassign,
 }
 
 const topicsUsage = `Usage:
@@ -32,6 +33,7 @@ const topicsUsage = `Usage:
   cluster topics describe [NAME ...]
   cluster topics delete NAME [NAME ...]
   cluster topics delete-records NAME --partition P --offset O
+  cluster topics reassign NAME --partition P --replicas ID,ID,... [--no-wait]
 
 Every action takes --dir DIR or --bootstrap-server HOST:PORT[,HOST:PORT]
 (and --timeout); run ` + "`cluster topics ACTION --help`" + ` for its flags.
@@ -41,7 +43,7 @@ Every action takes --dir DIR or --bootstrap-server HOST:PORT[,HOST:PORT]
 func (c *topicsCommand) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(c.stderr, topicsUsage)
-		return fmt.Errorf("%w: missing action (create, list, describe, delete or delete-records)", errUsage)
+		return fmt.Errorf("%w: missing action (create, list, describe, delete, delete-records or reassign)", errUsage)
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
@@ -51,7 +53,7 @@ func (c *topicsCommand) Run(ctx context.Context, args []string) error {
 	action, ok := topicsActions[args[0]]
 	if !ok {
 		fmt.Fprint(c.stderr, topicsUsage)
-		return fmt.Errorf("%w: unknown action %q (want create, list, describe, delete or delete-records)", errUsage, args[0])
+		return fmt.Errorf("%w: unknown action %q (want create, list, describe, delete, delete-records or reassign)", errUsage, args[0])
 	}
 	return action(c, ctx, args[1:])
 }

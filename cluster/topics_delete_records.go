@@ -15,15 +15,8 @@ func (c *topicsCommand) deleteRecords(ctx context.Context, args []string) error 
 			"can no longer be fetched (OFFSET_OUT_OF_RANGE) and segments wholly below it are deleted. -1 deletes\n"+
 			"everything up to the high watermark. Prints \"partition: NAME-P\tlow_watermark: N\" as kafka-delete-records does.", c.stderr)
 	t.addFlags(fs)
-	partition, offset := int64(-1), int64(-2) // unset
-	fs.Func("partition", "the partition whose records are deleted (required)", func(v string) error {
-		n, err := strconv.ParseInt(v, 10, 32)
-		if err != nil || n < 0 {
-			return fmt.Errorf("want a partition number >= 0, got %q", v)
-		}
-		partition = n
-		return nil
-	})
+	offset := int64(-2) // unset
+	partition := partitionFlag(fs, "the partition whose records are deleted (required)")
 	fs.Func("offset", "the new log start offset; -1 for the high watermark (required)", func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < -1 {
@@ -39,7 +32,7 @@ func (c *topicsCommand) deleteRecords(ctx context.Context, args []string) error 
 	switch {
 	case len(pos) != 1:
 		return fmt.Errorf("%w: want exactly one topic NAME, got %d", errUsage, len(pos))
-	case partition < 0:
+	case *partition < 0:
 		return fmt.Errorf("%w: --partition is required", errUsage)
 	case offset < -1:
 		return fmt.Errorf("%w: --offset is required", errUsage)
@@ -51,13 +44,13 @@ func (c *topicsCommand) deleteRecords(ctx context.Context, args []string) error 
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	if _, err := partitionCount(ctx, cl, pos[0], int(partition)); err != nil {
+	if _, err := partitionCount(ctx, cl, pos[0], int(*partition)); err != nil {
 		return err
 	}
-	low, err := cl.DeleteRecords(ctx, pos[0], int32(partition), offset)
+	low, err := cl.DeleteRecords(ctx, pos[0], int32(*partition), offset)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "partition: %s-%d\tlow_watermark: %d\n", pos[0], partition, low)
+	fmt.Fprintf(c.stdout, "partition: %s-%d\tlow_watermark: %d\n", pos[0], *partition, low)
 	return nil
 }

@@ -23,6 +23,9 @@ type wantReplica struct {
 	partition int32
 	replicas  []metadata.BrokerID
 	config    metadata.TopicConfig
+	// join: this broker is being added by a reassignment (Adding): a new
+	// replica waits for the leader instead of bootstrapping the group.
+	join bool
 }
 
 // reconcileLoop opens the replicas the metadata assigns to this broker and
@@ -40,6 +43,7 @@ func (b *Broker) reconcileLoop() {
 		case <-b.metaChanged:
 		case <-t.C:
 			b.resendStaleReports()
+			b.removeControllerVoters()
 		}
 	}
 }
@@ -60,7 +64,8 @@ func (b *Broker) reconcile() {
 			for p, ps := range t.Partitions {
 				if slices.Contains(ps.Replicas, b.cfg.ID) {
 					name := replication.GroupName(t.Name, int32(p), t.ID)
-					want[name] = wantReplica{topic: t.Name, id: t.ID, partition: int32(p), replicas: slices.Clone(ps.Replicas), config: t.Config()}
+					want[name] = wantReplica{topic: t.Name, id: t.ID, partition: int32(p), replicas: slices.Clone(trackedReplicas(ps)), config: t.Config(),
+						join: slices.Contains(ps.Adding, b.cfg.ID)}
 				}
 			}
 		}
@@ -83,7 +88,7 @@ func (b *Broker) reconcile() {
 	b.mu.Unlock()
 	for _, r := range drop {
 		c := r.Config()
-		b.log.Info("deleting replica of a deleted topic", "topic", c.Topic, "partition", c.Partition)
+		b.log.Info("deleting a replica this broker no longer hosts (topic deleted or partition reassigned)", "topic", c.Topic, "partition", c.Partition)
 		if err := r.Delete(); err != nil {
 			b.log.Warn("delete replica", "topic", c.Topic, "partition", c.Partition, "err", err)
 		}
@@ -100,6 +105,7 @@ func (b *Broker) reconcile() {
 		}
 	}
 	b.removeStaleDirs(want)
+	b.driveReassignments()
 }
 
 // topicExists reports whether this incarnation of topic is in the metadata.
@@ -175,6 +181,7 @@ func (b *Broker) openReplica(name string, w wantReplica) error {
 		NewRaftLog:             b.cfg.RaftLog,
 		LocalID:                b.cfg.ID,
 		Replicas:               w.replicas,
+		Join:                   w.join,
 		TopicConfig:            w.config,
 		Raft:                   b.cfg.Raft,
 		ReplicaLagTimeMax:      b.cfg.ReplicaLagTimeMax,

@@ -57,6 +57,12 @@ func WriteTopic(w io.Writer, tm *tapesv1.TopicMetadata) {
 		fmt.Fprintf(w, "  Topic: %s  Partition: %d  Leader: %s  Replicas: %s  Isr: %s  Epoch: %d  LogStart: %d  HighWatermark: %d",
 			tm.GetName(), p.GetPartition(), leader, BrokerList(p.GetReplicas()), BrokerList(p.GetIsr()),
 			p.GetLeaderEpoch(), p.GetLogStartOffset(), p.GetHighWatermark())
+		if len(p.GetAddingReplicas())+len(p.GetRemovingReplicas()) > 0 {
+			// During a reassignment, as kafka-topics --describe shows it,
+			// with the Raft configuration its leader last reported.
+			fmt.Fprintf(w, "  Adding Replicas: %s  Removing Replicas: %s  Voters: %s  NonVoters: %s",
+				BrokerList(p.GetAddingReplicas()), BrokerList(p.GetRemovingReplicas()), BrokerList(p.GetRaftVoters()), BrokerList(p.GetRaftLearners()))
+		}
 		if code := p.GetError().GetCode(); code != "" {
 			fmt.Fprintf(w, "  Error: %s", code)
 		}

@@ -32,6 +32,8 @@ type Experiment struct {
 	Expect check.Expectation
 	// Duration is the default --duration.
 	Duration time.Duration
+	// Brokers is how many brokers the cluster has (0: 3).
+	Brokers int
 	// Run creates topics, starts processes, applies the faults and stops
 	// the producers and consumers (so their histories are complete).
 	Run func(ctx context.Context, e *Env) error
@@ -127,12 +129,15 @@ func Run(ctx context.Context, x *Experiment, o Options) (*Outcome, error) {
 	start := time.Now()
 	var network *netns.Network
 	if o.Netns {
+		if x.Brokers > 3 {
+			return nil, fmt.Errorf("experiment %s needs %d brokers; --netns runs three hosts", x.Name, x.Brokers)
+		}
 		if network, err = netns.Create(ctx, netns.Config{Hosts: []string{"broker-1", "broker-2", "broker-3"}}); err != nil {
 			return nil, err
 		}
 		defer network.Close() // after c.Close below: no broker left in a namespace
 	}
-	c, err := launch.Start(ctx, launch.Options{Dir: filepath.Join(o.Out, "cluster"), Brokers: 3, BrokerdPath: o.Bins.Brokerd,
+	c, err := launch.Start(ctx, launch.Options{Dir: filepath.Join(o.Out, "cluster"), Brokers: max(x.Brokers, 3), BrokerdPath: o.Bins.Brokerd,
 		BrokerArgs: append(slices.Clone(brokerArgs), o.BrokerArgs...), Links: true, StopTimeout: 10 * time.Second, Network: network})
 	if err != nil {
 		return nil, err

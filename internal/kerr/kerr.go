@@ -69,6 +69,8 @@ const (
 	UnknownProducerID        Code = "UNKNOWN_PRODUCER_ID"
 	// Kafka's Fetch: an incremental fetch session this broker does not hold.
 	FetchSessionIDNotFound Code = "FETCH_SESSION_ID_NOT_FOUND"
+	// A partition reassignment (cluster topics reassign) is already under way.
+	ReassignmentInProgress Code = "REASSIGNMENT_IN_PROGRESS"
 )
 
 // retriable lists the codes for which Kafka's client retries the same request
@@ -116,7 +118,7 @@ func (c Code) grpcCode() codes.Code {
 		return codes.Unavailable
 	case NotLeaderOrFollower, NotController, NotCoordinator, IllegalGeneration,
 		RebalanceInProgress, NotEnoughReplicasAfterAppend, OutOfOrderSequenceNumber, InvalidProducerEpoch, NonEmptyGroup,
-		FencedLeaderEpoch, UnknownLeaderEpoch, FetchSessionIDNotFound:
+		FencedLeaderEpoch, UnknownLeaderEpoch, FetchSessionIDNotFound, ReassignmentInProgress:
 		return codes.FailedPrecondition
 	}
 	return codes.Internal

@@ -22,6 +22,14 @@ const (
 	OpDeleteTopic     Op = "delete_topic"
 	OpUpdatePartition Op = "update_partition"
 	OpAllocProducerID Op = "alloc_producer_id"
+	// Reassignment (see reassign.go): an operator's target, the partition
+	// leader's progress reports and its completion.
+	OpReassignPartition    Op = "reassign_partition"
+	OpReassignProgress     Op = "reassign_progress"
+	OpCompleteReassignment Op = "complete_reassignment"
+	// OpUnregisterBroker removes a broker that hosts no replica (cluster
+	// brokers remove, after moving its replicas away).
+	OpUnregisterBroker Op = "unregister_broker"
 )
 
 // Command is one entry of the controller's Raft log.
@@ -48,6 +56,14 @@ type Command struct {
 	Leader    BrokerID   `json:"leader,omitempty"`
 	Epoch     int64      `json:"epoch,omitempty"`
 	ISR       []BrokerID `json:"isr,omitempty"`
+	// OpReassignPartition: the target replica set. OpReassignProgress,
+	// OpCompleteReassignment: the partition's Raft voters and non-voters
+	// as its leader (at Epoch) sees them.
+	Target   []BrokerID `json:"target,omitempty"`
+	Voters   []BrokerID `json:"voters,omitempty"`
+	Learners []BrokerID `json:"learners,omitempty"`
+	// OpReassignProgress: the step the leader just took ("" for none).
+	Step string `json:"step,omitempty"`
 }
 
 // Encode returns the command's bytes for raft.Apply or a forwarded Propose.
@@ -170,6 +186,9 @@ func (f *FSM) apply(cmd *Command) (*Result, bool) {
 		if cmd.Broker == nil || cmd.Broker.ID <= 0 {
 			return refuse(kerr.New(kerr.InvalidRequest, "register_broker without a valid broker")), false
 		}
+		if s.Removed[cmd.Broker.ID] {
+			return refuse(kerr.New(kerr.InvalidRequest, "broker %d was removed from the cluster (cluster brokers remove); it cannot register again", cmd.Broker.ID)), false
+		}
 		if old, ok := s.Brokers[cmd.Broker.ID]; ok && old == *cmd.Broker {
 			return &Result{}, false
 		}
@@ -250,6 +269,10 @@ func (f *FSM) apply(cmd *Command) (*Result, bool) {
 		}
 		p.Leader, p.Epoch, p.ISR = cmd.Leader, cmd.Epoch, isr
 		return &Result{}, true
+	case OpReassignPartition, OpReassignProgress, OpCompleteReassignment:
+		return s.applyReassign(cmd)
+	case OpUnregisterBroker:
+		return s.applyUnregister(cmd.Leader)
 	case OpAllocProducerID:
 		id := s.NextProducerID
 		s.NextProducerID++
@@ -278,6 +301,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	if s.Requests == nil {
 		s.Requests = map[string]Result{}
+	}
+	if s.Removed == nil {
+		s.Removed = map[BrokerID]bool{}
 	}
 	f.mu.Lock()
 	f.state = s

@@ -18,6 +18,22 @@ func apply(t *testing.T, f *FSM, c *Command) *Result {
 	return f.Apply(&raft.Log{Data: c.Encode()}).(*Result)
 }
 
+// restored returns a fresh FSM restored from a snapshot of f (what a
+// broker that joins or restarts after compaction gets).
+func restored(t *testing.T, f *FSM) *FSM {
+	t.Helper()
+	snap, _ := f.Snapshot()
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	g := NewFSM()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 func TestCreateUpdateDeleteTopic(t *testing.T) {
 	f := NewFSM()
 	for id := BrokerID(1); id <= 3; id++ {
@@ -51,15 +67,7 @@ func TestCreateUpdateDeleteTopic(t *testing.T) {
 		t.Fatalf("stale topic id: %v", r.Err())
 	}
 	// Snapshot and restore into a fresh FSM give the same state.
-	snap, _ := f.Snapshot()
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	g := NewFSM()
-	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	if gp := g.Clone().Topics["orders"].Partitions[1]; gp.Epoch != 5 || g.Clone().NextTopicID != f.Clone().NextTopicID {
 		t.Fatalf("restored state differs: %+v", gp)
 	}

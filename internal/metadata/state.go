@@ -28,9 +28,32 @@ type Broker struct {
 
 // PartitionState is the controller's view of one partition.
 type PartitionState struct {
-	// Replicas is the assignment; Replicas[0] is the preferred leader. It
-	// never changes after creation (no reassignment yet).
+	// Replicas is the assignment; Replicas[0] is the preferred leader.
+	// During a reassignment it is the union of the replicas before and
+	// Target (what every broker hosts meanwhile, as Kafka's controller
+	// does); it becomes Target when the reassignment completes.
 	Replicas []BrokerID `json:"replicas"`
+	// Target is the replica set a reassignment moves to, nil when none is
+	// in progress. Invariant: non-empty, no duplicates, every id registered
+	// when recorded; Adding and Removing are set exactly while it is.
+	Target []BrokerID `json:"target,omitempty"`
+	// Adding lists the replicas of Target that were not replicas before
+	// (Kafka's adding_replicas): their brokers open the replica without
+	// bootstrapping the Raft group and wait for the leader to add them.
+	// Removing lists the replicas leaving (Kafka's removing_replicas).
+	// Invariant: Adding ⊆ Target, Removing ∩ Target = ∅, both ⊆ Replicas.
+	Adding   []BrokerID `json:"adding,omitempty"`
+	Removing []BrokerID `json:"removing,omitempty"`
+	// Voters and Learners are the partition's Raft configuration as its
+	// leader last reported it during a reassignment (progress for
+	// `cluster topics describe`); nil outside one.
+	Voters   []BrokerID `json:"voters,omitempty"`
+	Learners []BrokerID `json:"learners,omitempty"`
+	// Steps lists the Raft steps the leaders took in the last reassignment,
+	// oldest first, as they reported them ("add-learner 4", "promote 4");
+	// at most MaxReassignSteps, kept after it completes (what `cluster
+	// topics reassign` prints), cleared when the next one starts.
+	Steps []string `json:"steps,omitempty"`
 	// Leader is -1 until a leader reports. Invariant: Leader is -1 or in Replicas.
 	Leader BrokerID `json:"leader"`
 	// Epoch is the Raft term of Leader's group. Invariant: it never decreases;
@@ -75,6 +98,11 @@ type State struct {
 	// answer was lost) gets the remembered result and changes nothing.
 	Requests     map[string]Result `json:"requests,omitempty"`
 	RequestOrder []string          `json:"request_order,omitempty"`
+	// Removed holds the brokers unregistered by cluster brokers remove.
+	// Invariant: disjoint from Brokers; a removed id never registers
+	// again, and the controller leader removes it from the controller
+	// quorum's voters (broker controller.go).
+	Removed map[BrokerID]bool `json:"removed,omitempty"`
 }
 
 // MaxRememberedRequests bounds State.Requests. A broker retries a proposal
@@ -83,14 +111,17 @@ type State struct {
 const MaxRememberedRequests = 1024
 
 func newState() *State {
-	return &State{Brokers: map[BrokerID]Broker{}, Topics: map[string]*Topic{}, NextTopicID: 1, NextProducerID: 1000, Requests: map[string]Result{}}
+	return &State{Brokers: map[BrokerID]Broker{}, Topics: map[string]*Topic{}, NextTopicID: 1, NextProducerID: 1000, Requests: map[string]Result{}, Removed: map[BrokerID]bool{}}
 }
 
 // clone returns a deep copy.
 func (s *State) clone() *State {
 	c := &State{Brokers: make(map[BrokerID]Broker, len(s.Brokers)), Topics: make(map[string]*Topic, len(s.Topics)),
 		NextTopicID: s.NextTopicID, NextProducerID: s.NextProducerID, Index: s.Index,
-		Requests: make(map[string]Result, len(s.Requests)), RequestOrder: slices.Clone(s.RequestOrder)}
+		Requests: make(map[string]Result, len(s.Requests)), RequestOrder: slices.Clone(s.RequestOrder), Removed: make(map[BrokerID]bool, len(s.Removed))}
+	for id := range s.Removed {
+		c.Removed[id] = true
+	}
 	for id, r := range s.Requests {
 		c.Requests[id] = r
 	}
@@ -103,12 +134,25 @@ func (s *State) clone() *State {
 			ct.Configs[k] = v
 		}
 		for i, p := range t.Partitions {
-			ct.Partitions[i] = PartitionState{Replicas: slices.Clone(p.Replicas), Leader: p.Leader, Epoch: p.Epoch, ISR: slices.Clone(p.ISR)}
+			ct.Partitions[i] = p.clone()
 		}
 		c.Topics[n] = ct
 	}
 	return c
 }
+
+// MaxReassignSteps bounds PartitionState.Steps.
+const MaxReassignSteps = 32
+
+// clone returns a deep copy.
+func (p PartitionState) clone() PartitionState {
+	return PartitionState{Replicas: slices.Clone(p.Replicas), Leader: p.Leader, Epoch: p.Epoch, ISR: slices.Clone(p.ISR),
+		Target: slices.Clone(p.Target), Adding: slices.Clone(p.Adding), Removing: slices.Clone(p.Removing),
+		Voters: slices.Clone(p.Voters), Learners: slices.Clone(p.Learners), Steps: slices.Clone(p.Steps)}
+}
+
+// Reassigning reports whether a reassignment of the partition is in progress.
+func (p PartitionState) Reassigning() bool { return len(p.Target) > 0 }
 
 // BrokerIDs returns the registered broker ids in ascending order.
 func (s *State) BrokerIDs() []BrokerID {

@@ -167,10 +167,15 @@ type Config struct {
 	// every group keeps its log in raft.db. NewRaftLog is where a group
 	// with neither raft.db nor stable.db (a new one) keeps it; an existing
 	// group keeps the store it has (see Replica.openLogStores).
-	RaftLog     *raftlog.Log
-	NewRaftLog  RaftLogKind
-	LocalID     metadata.BrokerID
-	Replicas    []metadata.BrokerID
+	RaftLog    *raftlog.Log
+	NewRaftLog RaftLogKind
+	LocalID    metadata.BrokerID
+	Replicas   []metadata.BrokerID
+	// Join: this replica is being added to an existing group by a
+	// reassignment (metadata PartitionState.Adding): a new one does not
+	// bootstrap (its Raft configuration comes from the leader, which adds
+	// it as a non-voter) and takes no head start.
+	Join        bool
 	TopicConfig metadata.TopicConfig
 	Raft        RaftTimings
 	// ReplicaLagTimeMax: a follower that has not caught up to the leader's

@@ -155,7 +155,7 @@ func (r *Replica) Status() Status {
 		for _, id := range r.isrLocked(time.Now()) {
 			st.ISR = append(st.ISR, int32(id))
 		}
-		for _, id := range r.cfg.Replicas {
+		for _, id := range r.membersLocked() {
 			if f := r.lead.followers[id]; f != nil {
 				st.Followers = append(st.Followers, FollowerStatus{Broker: int32(id), Match: f.match, LastCaughtUp: f.lastCaughtUp})
 			}

@@ -28,7 +28,7 @@ type followerProgress struct {
 // has caught up yet. Caller holds lead.mu.
 func (r *Replica) startProgressLocked() {
 	r.lead.followers = map[metadata.BrokerID]*followerProgress{}
-	for _, id := range r.cfg.Replicas {
+	for _, id := range r.membersLocked() {
 		if id != r.cfg.LocalID {
 			r.lead.followers[id] = &followerProgress{}
 		}
@@ -51,8 +51,8 @@ func (r *Replica) graceLocked(now time.Time, previous []metadata.BrokerID) {
 // isrLocked: the leader, and every follower that caught up within
 // ReplicaLagTimeMax, in assignment order. Caller holds lead.mu.
 func (r *Replica) isrLocked(now time.Time) []metadata.BrokerID {
-	isr := make([]metadata.BrokerID, 0, len(r.cfg.Replicas))
-	for _, id := range r.cfg.Replicas {
+	isr := make([]metadata.BrokerID, 0, len(r.membersLocked()))
+	for _, id := range r.membersLocked() {
 		if id == r.cfg.LocalID {
 			isr = append(isr, id)
 			continue

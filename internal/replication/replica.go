@@ -88,6 +88,10 @@ type leaderState struct {
 	reportedISR []metadata.BrokerID
 	// lastRetention is when retention was last checked.
 	lastRetention time.Time
+	// members is the replica set (nil: Config.Replicas; then each
+	// SetReplicas; read through membersLocked): the followers tracked, the ISR's candidates and order,
+	// members[0] the preferred leader.
+	members []metadata.BrokerID
 	// readySince is when readyTerm began; lastTransfer when this leader last
 	// tried to hand leadership to the preferred replica.
 	readySince, lastTransfer time.Time
@@ -254,12 +258,12 @@ func (r *Replica) startRaft() error {
 	// until a leader is known. Otherwise whoever times out first leads, and
 	// PreferredLeaderDelay later hands leadership over in the middle of the
 	// topic's first writes.
-	headStart := !existing && len(cfg.Replicas) > 1 && cfg.Replicas[0] != cfg.LocalID
+	headStart := !existing && !cfg.Join && len(cfg.Replicas) > 1 && cfg.Replicas[0] != cfg.LocalID
 	if headStart {
 		rc.HeartbeatTimeout *= preferredHeadStart
 		rc.ElectionTimeout *= preferredHeadStart
 	}
-	if !existing {
+	if !existing && !cfg.Join {
 		var servers []raft.Server
 		for _, id := range cfg.Replicas {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: ServerID(id), Address: raft.ServerAddress(ServerID(id))})
@@ -499,10 +503,10 @@ func (r *Replica) tick(now time.Time) {
 // at most once per PreferredLeaderDelay. Raft alone would leave the
 // leaders wherever elections put them. Caller holds lead.mu.
 func (r *Replica) preferredLeaderLocked(now time.Time, isr []metadata.BrokerID) (metadata.BrokerID, bool) {
-	if r.cfg.PreferredLeaderDelay <= 0 || len(r.cfg.Replicas) < 2 {
+	if r.cfg.PreferredLeaderDelay <= 0 || len(r.membersLocked()) < 2 {
 		return 0, false
 	}
-	pref := r.cfg.Replicas[0]
+	pref := r.membersLocked()[0]
 	if pref == r.cfg.LocalID || now.Sub(r.lead.readySince) < r.cfg.PreferredLeaderDelay || now.Sub(r.lead.lastTransfer) < r.cfg.PreferredLeaderDelay {
 		return 0, false
 	}
@@ -678,7 +682,7 @@ func (r *Replica) CandidateAfterCrash(dead metadata.BrokerID) bool {
 	if _, id := r.raft.LeaderWithID(); id == "" || BrokerOf(id) != dead {
 		return false
 	}
-	if StandFor(r.cfg.Replicas, dead) != r.cfg.LocalID {
+	if StandFor(r.voters(), dead) != r.cfg.LocalID {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

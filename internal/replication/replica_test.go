@@ -84,7 +84,7 @@ func openSolo(t *testing.T, dir string, fault *faultyLog) *Replica {
 // openTestReplica opens broker id's replica of partition t-0 (min.insync
 // 2 when RF > 1) in dir over mux, closed with the test. fault, if not nil,
 // wraps what its FSM writes through.
-func openTestReplica(t *testing.T, mux *raftnet.Mux, dir string, id metadata.BrokerID, replicas []metadata.BrokerID, fault *faultyLog) *Replica {
+func openTestReplica(t *testing.T, mux *raftnet.Mux, dir string, id metadata.BrokerID, replicas []metadata.BrokerID, fault *faultyLog, opts ...func(*Config)) *Replica {
 	t.Helper()
 	trans, err := mux.Group("t-0@1")
 	if err != nil {
@@ -98,6 +98,9 @@ func openTestReplica(t *testing.T, mux *raftnet.Mux, dir string, id metadata.Bro
 		RaftLog: testRaftLog(t, dir+".wal"), NewRaftLog: testRaftLogKind}
 	if fault != nil {
 		cfg.wrapLog = func(w logWriter) logWriter { fault.logWriter = w; return fault }
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	r, err := Open(cfg)
 	if err != nil {
@@ -274,8 +277,27 @@ type trio struct {
 func newTrio(t *testing.T, fault *faultyLog, faulty int) *trio {
 	t.Helper()
 	tr := &trio{t: t}
-	var addrs sync.Map
+	muxes := newMuxes(t, 3)
 	for i := range 3 {
+		tr.muxes[i], tr.dirs[i] = muxes[i], t.TempDir()
+	}
+	for i := range 3 {
+		var f *faultyLog
+		if i == faulty {
+			f = fault
+		}
+		tr.open(i, f)
+	}
+	return tr
+}
+
+// newMuxes returns n brokers' Muxes (ids 1..n) on loopback gRPC servers,
+// each resolving the others.
+func newMuxes(t *testing.T, n int) []*raftnet.Mux {
+	t.Helper()
+	var addrs sync.Map
+	out := make([]*raftnet.Mux, n)
+	for i := range n {
 		id := metadata.BrokerID(i + 1)
 		mux, err := raftnet.NewMux(raftnet.Config{LocalID: ServerID(id), Logger: quietLogger(),
 			Resolve: func(a raft.ServerAddress) (string, error) {
@@ -297,16 +319,9 @@ func newTrio(t *testing.T, fault *faultyLog, faulty int) *trio {
 		go srv.Serve(lis)
 		t.Cleanup(func() { mux.Close(); srv.Stop() })
 		addrs.Store(raft.ServerAddress(ServerID(id)), lis.Addr().String())
-		tr.muxes[i], tr.dirs[i] = mux, t.TempDir()
+		out[i] = mux
 	}
-	for i := range 3 {
-		var f *faultyLog
-		if i == faulty {
-			f = fault
-		}
-		tr.open(i, f)
-	}
-	return tr
+	return out
 }
 
 // open opens broker i+1's replica (again).
@@ -319,10 +334,17 @@ func (tr *trio) open(i int, fault *faultyLog) {
 // CheckLeadership on Raft's state changes; the test does it here.
 func (tr *trio) leader(skip int) int {
 	tr.t.Helper()
+	return readyLeader(tr.t, tr.reps[:], skip)
+}
+
+// readyLeader waits until one of reps (nil entries and index skip left
+// out) is a ready leader and returns its index.
+func readyLeader(t *testing.T, reps []*Replica, skip int) int {
+	t.Helper()
 	found := -1
-	eventually.True(tr.t, 30*time.Second, "a ready leader", func() bool {
-		for i, r := range tr.reps {
-			if i == skip {
+	eventually.True(t, 30*time.Second, "a ready leader", func() bool {
+		for i, r := range reps {
+			if i == skip || r == nil {
 				continue
 			}
 			r.CheckLeadership()

@@ -249,9 +249,20 @@ type PartitionMetadata struct {
 	LogStartOffset int64 `protobuf:"varint,7,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
 	LogEndOffset   int64 `protobuf:"varint,8,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
 	// Set when the partition cannot be described (e.g. LEADER_NOT_AVAILABLE).
-	Error         *ErrorDetail `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Error *ErrorDetail `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// During a reassignment (Kafka's adding_replicas, removing_replicas):
+	// replicas joining and leaving; replicas is then the union of both sets.
+	AddingReplicas   []int32 `protobuf:"varint,10,rep,packed,name=adding_replicas,json=addingReplicas,proto3" json:"adding_replicas,omitempty"`
+	RemovingReplicas []int32 `protobuf:"varint,11,rep,packed,name=removing_replicas,json=removingReplicas,proto3" json:"removing_replicas,omitempty"`
+	// During a reassignment, the partition's Raft voters and non-voters as its
+	// leader last reported them.
+	RaftVoters   []int32 `protobuf:"varint,12,rep,packed,name=raft_voters,json=raftVoters,proto3" json:"raft_voters,omitempty"`
+	RaftLearners []int32 `protobuf:"varint,13,rep,packed,name=raft_learners,json=raftLearners,proto3" json:"raft_learners,omitempty"`
+	// The Raft steps of the partition's last reassignment, oldest first
+	// ("add-learner 4", "catch-up 4 (lag 120 entries)", "promote 4", ...).
+	ReassignmentSteps []string `protobuf:"bytes,14,rep,name=reassignment_steps,json=reassignmentSteps,proto3" json:"reassignment_steps,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PartitionMetadata) Reset() {
@@ -343,6 +354,41 @@ func (x *PartitionMetadata) GetLogEndOffset() int64 {
 func (x *PartitionMetadata) GetError() *ErrorDetail {
 	if x != nil {
 		return x.Error
+	}
+	return nil
+}
+
+func (x *PartitionMetadata) GetAddingReplicas() []int32 {
+	if x != nil {
+		return x.AddingReplicas
+	}
+	return nil
+}
+
+func (x *PartitionMetadata) GetRemovingReplicas() []int32 {
+	if x != nil {
+		return x.RemovingReplicas
+	}
+	return nil
+}
+
+func (x *PartitionMetadata) GetRaftVoters() []int32 {
+	if x != nil {
+		return x.RaftVoters
+	}
+	return nil
+}
+
+func (x *PartitionMetadata) GetRaftLearners() []int32 {
+	if x != nil {
+		return x.RaftLearners
+	}
+	return nil
+}
+
+func (x *PartitionMetadata) GetReassignmentSteps() []string {
+	if x != nil {
+		return x.ReassignmentSteps
 	}
 	return nil
 }
@@ -1507,6 +1553,201 @@ func (x *InitProducerIdResponse) GetProducerEpoch() int32 {
 	return 0
 }
 
+type ReassignPartitionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The target replica set, the preferred leader first.
+	Replicas      []int32 `protobuf:"varint,3,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReassignPartitionRequest) Reset() {
+	*x = ReassignPartitionRequest{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReassignPartitionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReassignPartitionRequest) ProtoMessage() {}
+
+func (x *ReassignPartitionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReassignPartitionRequest.ProtoReflect.Descriptor instead.
+func (*ReassignPartitionRequest) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ReassignPartitionRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ReassignPartitionRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ReassignPartitionRequest) GetReplicas() []int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+type ReassignPartitionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset on success (the target is recorded, or the partition is there).
+	Error         *ErrorDetail `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReassignPartitionResponse) Reset() {
+	*x = ReassignPartitionResponse{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReassignPartitionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReassignPartitionResponse) ProtoMessage() {}
+
+func (x *ReassignPartitionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReassignPartitionResponse.ProtoReflect.Descriptor instead.
+func (*ReassignPartitionResponse) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ReassignPartitionResponse) GetError() *ErrorDetail {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type UnregisterBrokerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterBrokerRequest) Reset() {
+	*x = UnregisterBrokerRequest{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterBrokerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterBrokerRequest) ProtoMessage() {}
+
+func (x *UnregisterBrokerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterBrokerRequest.ProtoReflect.Descriptor instead.
+func (*UnregisterBrokerRequest) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *UnregisterBrokerRequest) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+type UnregisterBrokerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset on success.
+	Error         *ErrorDetail `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterBrokerResponse) Reset() {
+	*x = UnregisterBrokerResponse{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterBrokerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterBrokerResponse) ProtoMessage() {}
+
+func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterBrokerResponse.ProtoReflect.Descriptor instead.
+func (*UnregisterBrokerResponse) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *UnregisterBrokerResponse) GetError() *ErrorDetail {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 var File_tapes_v1_broker_proto protoreflect.FileDescriptor
 
 const file_tapes_v1_broker_proto_rawDesc = "" +
@@ -1527,7 +1768,7 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05alive\x18\x03 \x01(\bR\x05alive\x12#\n" +
-	"\rkafka_address\x18\x04 \x01(\tR\fkafkaAddress\"\xc3\x02\n" +
+	"\rkafka_address\x18\x04 \x01(\tR\fkafkaAddress\"\x8e\x04\n" +
 	"\x11PartitionMetadata\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\x05R\bleaderId\x12!\n" +
@@ -1537,7 +1778,14 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x0ehigh_watermark\x18\x06 \x01(\x03R\rhighWatermark\x12(\n" +
 	"\x10log_start_offset\x18\a \x01(\x03R\x0elogStartOffset\x12$\n" +
 	"\x0elog_end_offset\x18\b \x01(\x03R\flogEndOffset\x12+\n" +
-	"\x05error\x18\t \x01(\v2\x15.tapes.v1.ErrorDetailR\x05error\"\xa4\x02\n" +
+	"\x05error\x18\t \x01(\v2\x15.tapes.v1.ErrorDetailR\x05error\x12'\n" +
+	"\x0fadding_replicas\x18\n" +
+	" \x03(\x05R\x0eaddingReplicas\x12+\n" +
+	"\x11removing_replicas\x18\v \x03(\x05R\x10removingReplicas\x12\x1f\n" +
+	"\vraft_voters\x18\f \x03(\x05R\n" +
+	"raftVoters\x12#\n" +
+	"\rraft_learners\x18\r \x03(\x05R\fraftLearners\x12-\n" +
+	"\x12reassignment_steps\x18\x0e \x03(\tR\x11reassignmentSteps\"\xa4\x02\n" +
 	"\rTopicMetadata\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btopic_id\x18\x02 \x01(\x04R\atopicId\x12;\n" +
@@ -1626,7 +1874,17 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x16InitProducerIdResponse\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x03R\n" +
 	"producerId\x12%\n" +
-	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch2\xdd\x04\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\"j\n" +
+	"\x18ReassignPartitionRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
+	"\breplicas\x18\x03 \x03(\x05R\breplicas\"H\n" +
+	"\x19ReassignPartitionResponse\x12+\n" +
+	"\x05error\x18\x01 \x01(\v2\x15.tapes.v1.ErrorDetailR\x05error\"6\n" +
+	"\x17UnregisterBrokerRequest\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\"G\n" +
+	"\x18UnregisterBrokerResponse\x12+\n" +
+	"\x05error\x18\x01 \x01(\v2\x15.tapes.v1.ErrorDetailR\x05error2\x96\x06\n" +
 	"\rBrokerService\x12A\n" +
 	"\bMetadata\x12\x19.tapes.v1.MetadataRequest\x1a\x1a.tapes.v1.MetadataResponse\x12M\n" +
 	"\fCreateTopics\x12\x1d.tapes.v1.CreateTopicsRequest\x1a\x1e.tapes.v1.CreateTopicsResponse\x12M\n" +
@@ -1635,7 +1893,9 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x05Fetch\x12\x16.tapes.v1.FetchRequest\x1a\x17.tapes.v1.FetchResponse\x12J\n" +
 	"\vListOffsets\x12\x1c.tapes.v1.ListOffsetsRequest\x1a\x1d.tapes.v1.ListOffsetsResponse\x12S\n" +
 	"\x0eInitProducerId\x12\x1f.tapes.v1.InitProducerIdRequest\x1a .tapes.v1.InitProducerIdResponse\x12P\n" +
-	"\rDeleteRecords\x12\x1e.tapes.v1.DeleteRecordsRequest\x1a\x1f.tapes.v1.DeleteRecordsResponseB:Z8github.com/tapes-dev/tapes/internal/gen/tapes/v1;tapesv1b\x06proto3"
+	"\rDeleteRecords\x12\x1e.tapes.v1.DeleteRecordsRequest\x1a\x1f.tapes.v1.DeleteRecordsResponse\x12\\\n" +
+	"\x11ReassignPartition\x12\".tapes.v1.ReassignPartitionRequest\x1a#.tapes.v1.ReassignPartitionResponse\x12Y\n" +
+	"\x10UnregisterBroker\x12!.tapes.v1.UnregisterBrokerRequest\x1a\".tapes.v1.UnregisterBrokerResponseB:Z8github.com/tapes-dev/tapes/internal/gen/tapes/v1;tapesv1b\x06proto3"
 
 var (
 	file_tapes_v1_broker_proto_rawDescOnce sync.Once
@@ -1649,71 +1909,81 @@ func file_tapes_v1_broker_proto_rawDescGZIP() []byte {
 	return file_tapes_v1_broker_proto_rawDescData
 }
 
-var file_tapes_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_tapes_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_tapes_v1_broker_proto_goTypes = []any{
-	(*Header)(nil),                 // 0: tapes.v1.Header
-	(*Record)(nil),                 // 1: tapes.v1.Record
-	(*BrokerInfo)(nil),             // 2: tapes.v1.BrokerInfo
-	(*PartitionMetadata)(nil),      // 3: tapes.v1.PartitionMetadata
-	(*TopicMetadata)(nil),          // 4: tapes.v1.TopicMetadata
-	(*MetadataRequest)(nil),        // 5: tapes.v1.MetadataRequest
-	(*MetadataResponse)(nil),       // 6: tapes.v1.MetadataResponse
-	(*TopicSpec)(nil),              // 7: tapes.v1.TopicSpec
-	(*CreateTopicsRequest)(nil),    // 8: tapes.v1.CreateTopicsRequest
-	(*TopicResult)(nil),            // 9: tapes.v1.TopicResult
-	(*CreateTopicsResponse)(nil),   // 10: tapes.v1.CreateTopicsResponse
-	(*DeleteTopicsRequest)(nil),    // 11: tapes.v1.DeleteTopicsRequest
-	(*DeleteTopicsResponse)(nil),   // 12: tapes.v1.DeleteTopicsResponse
-	(*ProduceRequest)(nil),         // 13: tapes.v1.ProduceRequest
-	(*ProduceResponse)(nil),        // 14: tapes.v1.ProduceResponse
-	(*FetchRequest)(nil),           // 15: tapes.v1.FetchRequest
-	(*FetchResponse)(nil),          // 16: tapes.v1.FetchResponse
-	(*ListOffsetsRequest)(nil),     // 17: tapes.v1.ListOffsetsRequest
-	(*ListOffsetsResponse)(nil),    // 18: tapes.v1.ListOffsetsResponse
-	(*DeleteRecordsRequest)(nil),   // 19: tapes.v1.DeleteRecordsRequest
-	(*DeleteRecordsResponse)(nil),  // 20: tapes.v1.DeleteRecordsResponse
-	(*InitProducerIdRequest)(nil),  // 21: tapes.v1.InitProducerIdRequest
-	(*InitProducerIdResponse)(nil), // 22: tapes.v1.InitProducerIdResponse
-	nil,                            // 23: tapes.v1.TopicMetadata.ConfigsEntry
-	nil,                            // 24: tapes.v1.TopicSpec.ConfigsEntry
-	(*ErrorDetail)(nil),            // 25: tapes.v1.ErrorDetail
+	(*Header)(nil),                    // 0: tapes.v1.Header
+	(*Record)(nil),                    // 1: tapes.v1.Record
+	(*BrokerInfo)(nil),                // 2: tapes.v1.BrokerInfo
+	(*PartitionMetadata)(nil),         // 3: tapes.v1.PartitionMetadata
+	(*TopicMetadata)(nil),             // 4: tapes.v1.TopicMetadata
+	(*MetadataRequest)(nil),           // 5: tapes.v1.MetadataRequest
+	(*MetadataResponse)(nil),          // 6: tapes.v1.MetadataResponse
+	(*TopicSpec)(nil),                 // 7: tapes.v1.TopicSpec
+	(*CreateTopicsRequest)(nil),       // 8: tapes.v1.CreateTopicsRequest
+	(*TopicResult)(nil),               // 9: tapes.v1.TopicResult
+	(*CreateTopicsResponse)(nil),      // 10: tapes.v1.CreateTopicsResponse
+	(*DeleteTopicsRequest)(nil),       // 11: tapes.v1.DeleteTopicsRequest
+	(*DeleteTopicsResponse)(nil),      // 12: tapes.v1.DeleteTopicsResponse
+	(*ProduceRequest)(nil),            // 13: tapes.v1.ProduceRequest
+	(*ProduceResponse)(nil),           // 14: tapes.v1.ProduceResponse
+	(*FetchRequest)(nil),              // 15: tapes.v1.FetchRequest
+	(*FetchResponse)(nil),             // 16: tapes.v1.FetchResponse
+	(*ListOffsetsRequest)(nil),        // 17: tapes.v1.ListOffsetsRequest
+	(*ListOffsetsResponse)(nil),       // 18: tapes.v1.ListOffsetsResponse
+	(*DeleteRecordsRequest)(nil),      // 19: tapes.v1.DeleteRecordsRequest
+	(*DeleteRecordsResponse)(nil),     // 20: tapes.v1.DeleteRecordsResponse
+	(*InitProducerIdRequest)(nil),     // 21: tapes.v1.InitProducerIdRequest
+	(*InitProducerIdResponse)(nil),    // 22: tapes.v1.InitProducerIdResponse
+	(*ReassignPartitionRequest)(nil),  // 23: tapes.v1.ReassignPartitionRequest
+	(*ReassignPartitionResponse)(nil), // 24: tapes.v1.ReassignPartitionResponse
+	(*UnregisterBrokerRequest)(nil),   // 25: tapes.v1.UnregisterBrokerRequest
+	(*UnregisterBrokerResponse)(nil),  // 26: tapes.v1.UnregisterBrokerResponse
+	nil,                               // 27: tapes.v1.TopicMetadata.ConfigsEntry
+	nil,                               // 28: tapes.v1.TopicSpec.ConfigsEntry
+	(*ErrorDetail)(nil),               // 29: tapes.v1.ErrorDetail
 }
 var file_tapes_v1_broker_proto_depIdxs = []int32{
 	0,  // 0: tapes.v1.Record.headers:type_name -> tapes.v1.Header
-	25, // 1: tapes.v1.PartitionMetadata.error:type_name -> tapes.v1.ErrorDetail
+	29, // 1: tapes.v1.PartitionMetadata.error:type_name -> tapes.v1.ErrorDetail
 	3,  // 2: tapes.v1.TopicMetadata.partitions:type_name -> tapes.v1.PartitionMetadata
-	23, // 3: tapes.v1.TopicMetadata.configs:type_name -> tapes.v1.TopicMetadata.ConfigsEntry
-	25, // 4: tapes.v1.TopicMetadata.error:type_name -> tapes.v1.ErrorDetail
+	27, // 3: tapes.v1.TopicMetadata.configs:type_name -> tapes.v1.TopicMetadata.ConfigsEntry
+	29, // 4: tapes.v1.TopicMetadata.error:type_name -> tapes.v1.ErrorDetail
 	2,  // 5: tapes.v1.MetadataResponse.brokers:type_name -> tapes.v1.BrokerInfo
 	4,  // 6: tapes.v1.MetadataResponse.topics:type_name -> tapes.v1.TopicMetadata
-	24, // 7: tapes.v1.TopicSpec.configs:type_name -> tapes.v1.TopicSpec.ConfigsEntry
+	28, // 7: tapes.v1.TopicSpec.configs:type_name -> tapes.v1.TopicSpec.ConfigsEntry
 	7,  // 8: tapes.v1.CreateTopicsRequest.topics:type_name -> tapes.v1.TopicSpec
-	25, // 9: tapes.v1.TopicResult.error:type_name -> tapes.v1.ErrorDetail
+	29, // 9: tapes.v1.TopicResult.error:type_name -> tapes.v1.ErrorDetail
 	9,  // 10: tapes.v1.CreateTopicsResponse.results:type_name -> tapes.v1.TopicResult
 	9,  // 11: tapes.v1.DeleteTopicsResponse.results:type_name -> tapes.v1.TopicResult
 	1,  // 12: tapes.v1.ProduceRequest.records:type_name -> tapes.v1.Record
 	1,  // 13: tapes.v1.FetchResponse.records:type_name -> tapes.v1.Record
-	5,  // 14: tapes.v1.BrokerService.Metadata:input_type -> tapes.v1.MetadataRequest
-	8,  // 15: tapes.v1.BrokerService.CreateTopics:input_type -> tapes.v1.CreateTopicsRequest
-	11, // 16: tapes.v1.BrokerService.DeleteTopics:input_type -> tapes.v1.DeleteTopicsRequest
-	13, // 17: tapes.v1.BrokerService.Produce:input_type -> tapes.v1.ProduceRequest
-	15, // 18: tapes.v1.BrokerService.Fetch:input_type -> tapes.v1.FetchRequest
-	17, // 19: tapes.v1.BrokerService.ListOffsets:input_type -> tapes.v1.ListOffsetsRequest
-	21, // 20: tapes.v1.BrokerService.InitProducerId:input_type -> tapes.v1.InitProducerIdRequest
-	19, // 21: tapes.v1.BrokerService.DeleteRecords:input_type -> tapes.v1.DeleteRecordsRequest
-	6,  // 22: tapes.v1.BrokerService.Metadata:output_type -> tapes.v1.MetadataResponse
-	10, // 23: tapes.v1.BrokerService.CreateTopics:output_type -> tapes.v1.CreateTopicsResponse
-	12, // 24: tapes.v1.BrokerService.DeleteTopics:output_type -> tapes.v1.DeleteTopicsResponse
-	14, // 25: tapes.v1.BrokerService.Produce:output_type -> tapes.v1.ProduceResponse
-	16, // 26: tapes.v1.BrokerService.Fetch:output_type -> tapes.v1.FetchResponse
-	18, // 27: tapes.v1.BrokerService.ListOffsets:output_type -> tapes.v1.ListOffsetsResponse
-	22, // 28: tapes.v1.BrokerService.InitProducerId:output_type -> tapes.v1.InitProducerIdResponse
-	20, // 29: tapes.v1.BrokerService.DeleteRecords:output_type -> tapes.v1.DeleteRecordsResponse
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	29, // 14: tapes.v1.ReassignPartitionResponse.error:type_name -> tapes.v1.ErrorDetail
+	29, // 15: tapes.v1.UnregisterBrokerResponse.error:type_name -> tapes.v1.ErrorDetail
+	5,  // 16: tapes.v1.BrokerService.Metadata:input_type -> tapes.v1.MetadataRequest
+	8,  // 17: tapes.v1.BrokerService.CreateTopics:input_type -> tapes.v1.CreateTopicsRequest
+	11, // 18: tapes.v1.BrokerService.DeleteTopics:input_type -> tapes.v1.DeleteTopicsRequest
+	13, // 19: tapes.v1.BrokerService.Produce:input_type -> tapes.v1.ProduceRequest
+	15, // 20: tapes.v1.BrokerService.Fetch:input_type -> tapes.v1.FetchRequest
+	17, // 21: tapes.v1.BrokerService.ListOffsets:input_type -> tapes.v1.ListOffsetsRequest
+	21, // 22: tapes.v1.BrokerService.InitProducerId:input_type -> tapes.v1.InitProducerIdRequest
+	19, // 23: tapes.v1.BrokerService.DeleteRecords:input_type -> tapes.v1.DeleteRecordsRequest
+	23, // 24: tapes.v1.BrokerService.ReassignPartition:input_type -> tapes.v1.ReassignPartitionRequest
+	25, // 25: tapes.v1.BrokerService.UnregisterBroker:input_type -> tapes.v1.UnregisterBrokerRequest
+	6,  // 26: tapes.v1.BrokerService.Metadata:output_type -> tapes.v1.MetadataResponse
+	10, // 27: tapes.v1.BrokerService.CreateTopics:output_type -> tapes.v1.CreateTopicsResponse
+	12, // 28: tapes.v1.BrokerService.DeleteTopics:output_type -> tapes.v1.DeleteTopicsResponse
+	14, // 29: tapes.v1.BrokerService.Produce:output_type -> tapes.v1.ProduceResponse
+	16, // 30: tapes.v1.BrokerService.Fetch:output_type -> tapes.v1.FetchResponse
+	18, // 31: tapes.v1.BrokerService.ListOffsets:output_type -> tapes.v1.ListOffsetsResponse
+	22, // 32: tapes.v1.BrokerService.InitProducerId:output_type -> tapes.v1.InitProducerIdResponse
+	20, // 33: tapes.v1.BrokerService.DeleteRecords:output_type -> tapes.v1.DeleteRecordsResponse
+	24, // 34: tapes.v1.BrokerService.ReassignPartition:output_type -> tapes.v1.ReassignPartitionResponse
+	26, // 35: tapes.v1.BrokerService.UnregisterBroker:output_type -> tapes.v1.UnregisterBrokerResponse
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_tapes_v1_broker_proto_init() }
@@ -1729,7 +1999,7 @@ func file_tapes_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tapes_v1_broker_proto_rawDesc), len(file_tapes_v1_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

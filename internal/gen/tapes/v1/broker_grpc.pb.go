@@ -28,14 +28,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BrokerService_Metadata_FullMethodName       = "/tapes.v1.BrokerService/Metadata"
-	BrokerService_CreateTopics_FullMethodName   = "/tapes.v1.BrokerService/CreateTopics"
-	BrokerService_DeleteTopics_FullMethodName   = "/tapes.v1.BrokerService/DeleteTopics"
-	BrokerService_Produce_FullMethodName        = "/tapes.v1.BrokerService/Produce"
-	BrokerService_Fetch_FullMethodName          = "/tapes.v1.BrokerService/Fetch"
-	BrokerService_ListOffsets_FullMethodName    = "/tapes.v1.BrokerService/ListOffsets"
-	BrokerService_InitProducerId_FullMethodName = "/tapes.v1.BrokerService/InitProducerId"
-	BrokerService_DeleteRecords_FullMethodName  = "/tapes.v1.BrokerService/DeleteRecords"
+	BrokerService_Metadata_FullMethodName          = "/tapes.v1.BrokerService/Metadata"
+	BrokerService_CreateTopics_FullMethodName      = "/tapes.v1.BrokerService/CreateTopics"
+	BrokerService_DeleteTopics_FullMethodName      = "/tapes.v1.BrokerService/DeleteTopics"
+	BrokerService_Produce_FullMethodName           = "/tapes.v1.BrokerService/Produce"
+	BrokerService_Fetch_FullMethodName             = "/tapes.v1.BrokerService/Fetch"
+	BrokerService_ListOffsets_FullMethodName       = "/tapes.v1.BrokerService/ListOffsets"
+	BrokerService_InitProducerId_FullMethodName    = "/tapes.v1.BrokerService/InitProducerId"
+	BrokerService_DeleteRecords_FullMethodName     = "/tapes.v1.BrokerService/DeleteRecords"
+	BrokerService_ReassignPartition_FullMethodName = "/tapes.v1.BrokerService/ReassignPartition"
+	BrokerService_UnregisterBroker_FullMethodName  = "/tapes.v1.BrokerService/UnregisterBroker"
 )
 
 // BrokerServiceClient is the client API for BrokerService service.
@@ -65,6 +67,13 @@ type BrokerServiceClient interface {
 	// DeleteRecords): every replica stops serving the records below it and
 	// deletes the segments that lie wholly below it.
 	DeleteRecords(ctx context.Context, in *DeleteRecordsRequest, opts ...grpc.CallOption) (*DeleteRecordsResponse, error)
+	// Records a target replica set for one partition (Kafka's
+	// AlterPartitionReassignments); its leader then moves the partition's Raft
+	// voters there one at a time. Progress is in Metadata.
+	ReassignPartition(ctx context.Context, in *ReassignPartitionRequest, opts ...grpc.CallOption) (*ReassignPartitionResponse, error)
+	// Unregisters a broker that hosts no replica (Kafka's UnregisterBroker):
+	// it can never register again, and the controller quorum drops its vote.
+	UnregisterBroker(ctx context.Context, in *UnregisterBrokerRequest, opts ...grpc.CallOption) (*UnregisterBrokerResponse, error)
 }
 
 type brokerServiceClient struct {
@@ -155,6 +164,26 @@ func (c *brokerServiceClient) DeleteRecords(ctx context.Context, in *DeleteRecor
 	return out, nil
 }
 
+func (c *brokerServiceClient) ReassignPartition(ctx context.Context, in *ReassignPartitionRequest, opts ...grpc.CallOption) (*ReassignPartitionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReassignPartitionResponse)
+	err := c.cc.Invoke(ctx, BrokerService_ReassignPartition_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *brokerServiceClient) UnregisterBroker(ctx context.Context, in *UnregisterBrokerRequest, opts ...grpc.CallOption) (*UnregisterBrokerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnregisterBrokerResponse)
+	err := c.cc.Invoke(ctx, BrokerService_UnregisterBroker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServiceServer is the server API for BrokerService service.
 // All implementations must embed UnimplementedBrokerServiceServer
 // for forward compatibility.
@@ -182,6 +211,13 @@ type BrokerServiceServer interface {
 	// DeleteRecords): every replica stops serving the records below it and
 	// deletes the segments that lie wholly below it.
 	DeleteRecords(context.Context, *DeleteRecordsRequest) (*DeleteRecordsResponse, error)
+	// Records a target replica set for one partition (Kafka's
+	// AlterPartitionReassignments); its leader then moves the partition's Raft
+	// voters there one at a time. Progress is in Metadata.
+	ReassignPartition(context.Context, *ReassignPartitionRequest) (*ReassignPartitionResponse, error)
+	// Unregisters a broker that hosts no replica (Kafka's UnregisterBroker):
+	// it can never register again, and the controller quorum drops its vote.
+	UnregisterBroker(context.Context, *UnregisterBrokerRequest) (*UnregisterBrokerResponse, error)
 	mustEmbedUnimplementedBrokerServiceServer()
 }
 
@@ -215,6 +251,12 @@ func (UnimplementedBrokerServiceServer) InitProducerId(context.Context, *InitPro
 }
 func (UnimplementedBrokerServiceServer) DeleteRecords(context.Context, *DeleteRecordsRequest) (*DeleteRecordsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteRecords not implemented")
+}
+func (UnimplementedBrokerServiceServer) ReassignPartition(context.Context, *ReassignPartitionRequest) (*ReassignPartitionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReassignPartition not implemented")
+}
+func (UnimplementedBrokerServiceServer) UnregisterBroker(context.Context, *UnregisterBrokerRequest) (*UnregisterBrokerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnregisterBroker not implemented")
 }
 func (UnimplementedBrokerServiceServer) mustEmbedUnimplementedBrokerServiceServer() {}
 func (UnimplementedBrokerServiceServer) testEmbeddedByValue()                       {}
@@ -381,6 +423,42 @@ func _BrokerService_DeleteRecords_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BrokerService_ReassignPartition_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReassignPartitionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServiceServer).ReassignPartition(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BrokerService_ReassignPartition_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServiceServer).ReassignPartition(ctx, req.(*ReassignPartitionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BrokerService_UnregisterBroker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnregisterBrokerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServiceServer).UnregisterBroker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BrokerService_UnregisterBroker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServiceServer).UnregisterBroker(ctx, req.(*UnregisterBrokerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BrokerService_ServiceDesc is the grpc.ServiceDesc for BrokerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -419,6 +497,14 @@ var BrokerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteRecords",
 			Handler:    _BrokerService_DeleteRecords_Handler,
+		},
+		{
+			MethodName: "ReassignPartition",
+			Handler:    _BrokerService_ReassignPartition_Handler,
+		},
+		{
+			MethodName: "UnregisterBroker",
+			Handler:    _BrokerService_UnregisterBroker_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
