@@ -84,6 +84,7 @@ var kafkaCodes = map[kerr.Code]*fkerr.Error{
 	kerr.InvalidProducerEpoch:         fkerr.InvalidProducerEpoch,
 	kerr.UnknownProducerID:            fkerr.UnknownProducerID,
 	kerr.FetchSessionIDNotFound:       fkerr.FetchSessionIDNotFound,
+	kerr.ReassignmentInProgress:       fkerr.ReassignmentInProgress,
 }
 
 // ErrorCode is the Kafka error code a handler puts in a response field for
