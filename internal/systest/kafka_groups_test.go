@@ -41,8 +41,12 @@ const kgoMemberEnv = "TAPES_SYSTEST_KGO_MEMBER"
 // kgoMemberCommit is the offset the franz-go member commits for every
 // partition it is given: a fixed position, with its generation, that the
 // test compares across kadm and the CLI (the records it processes are in
-// its history, not in its commits).
-const kgoMemberCommit = 10
+// its history, not in its commits). It is 0, the log's start: the member's
+// first commit may reach the coordinator before franz-go asks for the
+// partition's committed offset, and any later position would then make the
+// member (and, after its SIGKILL, the members taking its partitions over)
+// skip the records below it, which the test requires to be processed.
+const kgoMemberCommit = 0
 
 func init() {
 	if spec := os.Getenv(kgoMemberEnv); spec != "" {
