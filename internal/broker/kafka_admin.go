@@ -23,7 +23,7 @@ import (
 // ListOffsets (kafka_listoffsets.go). ARCHITECTURE.md "Kafka's admin APIs
 // and ListOffsets" has the translation tables.
 
-// Versions served (ARCHITECTURE.md "Version ranges to serve").
+// Versions served (ARCHITECTURE.md "Version ranges served").
 const (
 	kafkaCreateTopicsMin, kafkaCreateTopicsMax       = 2, 7
 	kafkaDeleteTopicsMin, kafkaDeleteTopicsMax       = 1, 5 // v6 names topics by id

@@ -24,7 +24,7 @@ import (
 // GroupService (groups.go) calls too. Nothing here keeps group state.
 // ARCHITECTURE.md "Kafka's wire protocol", "Consumer groups over Kafka".
 
-// The version ranges served (ARCHITECTURE.md "Version ranges to serve").
+// The version ranges served (ARCHITECTURE.md "Version ranges served").
 var kafkaGroupVersions = []struct {
 	key      kmsg.Key
 	min, max int16
