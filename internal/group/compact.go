@@ -1,6 +1,13 @@
 package group
 
-import "time"
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+)
 
 // Compaction keeps a __consumer_offsets partition from growing forever.
 // Kafka runs its log cleaner over the topic; tapes does the equivalent in
@@ -19,7 +26,19 @@ import "time"
 //
 // Reading the partition from X then rebuilds exactly the state reading it
 // from the old log start did: everything below X was folded in 1 and 2,
-// and no write can land between the read of 2 and X. A coordinator that
+// and no write of the coordinator can land between the read of 2 and X.
+//
+// Transactional commits (txn.go): the fold applies markers as load does,
+// so a completed commit is kept as the plain offset record it became (or
+// nothing, aborted), the marker and the txn-offset records dropped; a
+// pending one (no marker yet) is rewritten as it is, after the others.
+// Markers are written by the transaction coordinator, not through this
+// shard, so one may land between the read of 2 and X; if it completes a
+// rewritten pending record, that copy would read as pending again, after
+// its marker. So before 3 the coordinator runs its tail (the live state
+// sees every marker below X), reads [end of 2, X) for such markers, and
+// appends what each one did: the offsets a commit made committed, and a
+// record withdrawing each copy it completed. A coordinator that
 // dies between 2 and 3 leaves the copies behind the originals, which
 // changes nothing for a reader; the next compaction removes both. Writes
 // wait only for step 2's short read and the appends (a few milliseconds
@@ -62,7 +81,7 @@ func (s *shard) compact() {
 	start := time.Now()
 	var f fold
 	n, end, err := s.scan(ctx, 0, f.add)
-	next := max(int64(n)+s.c.cfg.CompactAfter, 2*int64(len(f.keep)))
+	next := max(int64(n)+s.c.cfg.CompactAfter, 2*int64(f.len()))
 	defer func() {
 		s.mu.Lock()
 		s.compacting, s.compactAt = false, next
@@ -72,7 +91,7 @@ func (s *shard) compact() {
 		s.c.log.Warn("compaction: reading the partition", "partition", s.p, "err", err)
 		return
 	}
-	if n < 2*len(f.keep) {
+	if n < 2*f.len() {
 		s.mu.Lock()
 		s.records = int64(n)
 		s.mu.Unlock()
@@ -82,7 +101,7 @@ func (s *shard) compact() {
 	s.writes.Lock()
 	defer s.writes.Unlock()
 	held := time.Now()
-	tail, _, err := s.scan(ctx, end, f.add)
+	tail, end, err := s.scan(ctx, end, f.add)
 	if err != nil {
 		s.c.log.Warn("compaction: reading the partition", "partition", s.p, "err", err)
 		return
@@ -92,7 +111,8 @@ func (s *shard) compact() {
 	s.records = int64(n)
 	s.mu.Unlock()
 	first := int64(-1)
-	for batch := range batches(f.keep) {
+	kept := f.records()
+	for batch := range batches(kept) {
 		base, err := s.write(ctx, batch)
 		if err != nil {
 			s.c.log.Warn("compaction: rewriting the latest records", "partition", s.p, "err", err)
@@ -105,27 +125,37 @@ func (s *shard) compact() {
 	if first < 0 {
 		return // nothing decodable to keep and nothing to rewrite
 	}
+	if err := s.tail(ctx); err != nil {
+		s.c.log.Warn("compaction: reading transaction markers", "partition", s.p, "err", err)
+		return
+	}
+	if err := s.repairPending(ctx, &f, end, first); err != nil {
+		s.c.log.Warn("compaction: markers that completed rewritten pending commits", "partition", s.p, "err", err)
+		return
+	}
 	logStart, err := s.log.DeleteRecords(ctx, first)
 	if err != nil {
 		s.c.log.Warn("compaction: moving the log start", "partition", s.p, "before", first, "err", err)
 		return
 	}
-	kept := int64(len(f.keep))
 	s.mu.Lock()
-	s.records = kept
+	s.records = int64(len(kept))
 	s.mu.Unlock()
-	next = max(kept+s.c.cfg.CompactAfter, 2*kept)
-	s.c.log.Info("compacted", "partition", s.p, "records", n, "kept", kept, "log_start", logStart,
+	next = max(int64(len(kept))+s.c.cfg.CompactAfter, 2*int64(len(kept)))
+	s.c.log.Info("compacted", "partition", s.p, "records", n, "kept", len(kept), "log_start", logStart,
 		"took", time.Since(start).Round(time.Millisecond), "writes_held", time.Since(held).Round(time.Millisecond))
 }
 
 // fold collects, in the order their keys first appear, the records that
 // decide a partition's state: per key the latest, except that a group
 // record of an older generation does not replace a newer one (as load
-// reads them).
+// reads them); transactional commits completed by their markers as load
+// completes them, and those still pending (records returns them last).
 type fold struct {
 	keep  []Record
 	byKey map[recordKey]folded
+	// pending: the txn-offset records without a marker yet, by identity.
+	pending map[recordKey]foldedPending
 }
 
 type folded struct {
@@ -133,10 +163,38 @@ type folded struct {
 	gen int32
 }
 
+type foldedPending struct {
+	rec Record
+	v   *tapesv1.OffsetValue
+}
+
 // add folds in the next record of the partition.
 func (f *fold) add(r Record, d decoded) {
 	if f.byKey == nil {
 		f.byKey = map[recordKey]folded{}
+		f.pending = map[recordKey]foldedPending{}
+	}
+	switch {
+	case d.marker != nil:
+		for _, id := range f.pendingOf(d.marker.ProducerID) {
+			p := f.pending[id]
+			if p.rec.Offset >= d.at {
+				continue
+			}
+			delete(f.pending, id)
+			if d.marker.Commit {
+				rec := offsetRecord(id.Group, id.Topic, id.Partition, p.v)
+				f.add(rec, decoded{key: recordKey{Kind: kindOffset, Group: id.Group, Topic: id.Topic, Partition: id.Partition}, offset: p.v})
+			}
+		}
+		return
+	case d.key.Kind == kindTxnOffset:
+		if d.offset == nil {
+			delete(f.pending, d.key.identity())
+		} else {
+			f.pending[d.key.identity()] = foldedPending{rec: r, v: d.offset}
+		}
+		return
 	}
 	var gen int32
 	if d.group != nil {
@@ -153,6 +211,69 @@ func (f *fold) add(r Record, d decoded) {
 		f.keep[k.at] = r
 		f.byKey[d.key] = folded{at: k.at, gen: gen}
 	}
+}
+
+// pendingOf returns the identities of producer's pending records, in the
+// order they were written.
+func (f *fold) pendingOf(producer int64) []recordKey {
+	var ids []recordKey
+	for id := range f.pending {
+		if id.ProducerID == producer {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(a, b recordKey) int { return cmp.Compare(f.pending[a].rec.Offset, f.pending[b].rec.Offset) })
+	return ids
+}
+
+// len is how many records records returns.
+func (f *fold) len() int { return len(f.keep) + len(f.pending) }
+
+// records is what compaction rewrites: the deciding records, then the
+// pending ones in the order they were written.
+func (f *fold) records() []Record {
+	out := slices.Clone(f.keep)
+	var ps []Record
+	for _, p := range f.pending {
+		ps = append(ps, p.rec)
+	}
+	slices.SortFunc(ps, func(a, b Record) int { return cmp.Compare(a.Offset, b.Offset) })
+	return append(out, ps...)
+}
+
+// repairPending handles the markers that landed in [from, to) (after
+// compaction's held read, before its rewritten records, which begin at
+// to): for each one that completes rewritten pending records, it appends
+// what the marker did, the committed offsets of a commit, and a record
+// withdrawing each copy. The caller holds s.writes exclusively.
+func (s *shard) repairPending(ctx context.Context, f *fold, from, to int64) error {
+	if len(f.pending) == 0 || from >= to {
+		return nil
+	}
+	var repair []Record
+	_, _, err := s.scanRaw(ctx, from, func(r Record) {
+		if r.Marker == nil || r.Offset >= to {
+			return
+		}
+		for _, id := range f.pendingOf(r.Marker.ProducerID) {
+			p := f.pending[id]
+			delete(f.pending, id)
+			if r.Marker.Commit {
+				repair = append(repair, offsetRecord(id.Group, id.Topic, id.Partition, p.v))
+			}
+			repair = append(repair, txnOffsetRecord(id.Group, id.Topic, id.Partition, id.ProducerID, 0, nil))
+		}
+	})
+	if err != nil || len(repair) == 0 {
+		return err
+	}
+	s.c.log.Info("compaction: a marker completed rewritten pending commits", "partition", s.p, "records", len(repair))
+	for batch := range batches(repair) {
+		if _, err := s.write(ctx, batch); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // batches splits recs into batches of at most compactBatchRecords records

@@ -33,9 +33,12 @@ type Log interface {
 	// the high watermark) on every replica and returns the new log start
 	// once that is committed. It blocks up to ctx.
 	DeleteRecords(ctx context.Context, before int64) (logStart int64, err error)
-	// Read returns committed records from offset on (some, not
-	// necessarily all) and the high watermark; offset below the log start
-	// reads from the log start. It blocks up to ctx.
+	// Read returns committed entries from offset on (some, not
+	// necessarily all), in offset order, each with its Offset: records,
+	// and the transaction markers (Kafka control batches) as Records with
+	// Marker set; then the offset to read next and the high watermark.
+	// offset below the log start reads from the log start. It blocks up
+	// to ctx.
 	Read(ctx context.Context, offset int64) (recs []Record, next, highWatermark int64, err error)
 }
 
@@ -166,6 +169,7 @@ func (c *Coordinator) tick() {
 		case <-s.ready:
 			if s.err == nil {
 				s.tick(now)
+				s.maybeTail()
 				s.maybeCompact()
 			}
 		default:
@@ -365,7 +369,8 @@ func (c *Coordinator) OffsetFetch(ctx context.Context, req *tapesv1.OffsetFetchR
 	if err != nil {
 		return nil, err
 	}
-	return s.fetchOffsets(req), nil
+	resp, _ := s.fetchOffsets(req)
+	return resp, nil
 }
 
 // DescribeGroup describes one group (state Dead when unknown).

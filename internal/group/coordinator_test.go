@@ -64,7 +64,20 @@ func (l *memLog) Read(_ context.Context, offset int64) ([]Record, int64, int64, 
 		return nil, offset, end, nil
 	}
 	stop := min(end, offset+3) // a few at a time, to exercise the loop
-	return append([]Record(nil), l.recs[offset-l.start:stop-l.start]...), stop, end, nil
+	out := append([]Record(nil), l.recs[offset-l.start:stop-l.start]...)
+	for i := range out {
+		out[i].Offset = offset + int64(i)
+	}
+	return out, stop, end, nil
+}
+
+// appendMarker appends a transaction marker, as the partition leader's
+// WriteTxnMarkers does, and returns its offset.
+func (l *memLog) appendMarker(producer int64, epoch int16, commit bool) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, Record{Marker: &Marker{ProducerID: producer, ProducerEpoch: epoch, Commit: commit}})
+	return l.start + int64(len(l.recs)) - 1
 }
 
 func (l *memLog) deletions() int { l.mu.Lock(); defer l.mu.Unlock(); return l.moved }

@@ -126,6 +126,9 @@ type group struct {
 	// that was Empty (Kafka's group.initial.rebalance.delay.ms).
 	rebalanceDeadline, notBefore time.Time
 	offsets                      map[assign.TopicPartition]committed
+	// txn: transactional commits pending, by producer id, then partition
+	// (txn.go). Invariant: no empty inner map.
+	txn map[int64]map[assign.TopicPartition]pendingCommit
 }
 
 func newGroup(id string) *group {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/assign"
@@ -50,10 +51,21 @@ type shard struct {
 	// Invariant: compactAt > 0 once load finished, when compaction is on.
 	records, compactAt int64
 	compacting         bool
+	// epochs: the newest epoch of each producer seen in the partition (its
+	// markers and transactional commits); an older one is fenced. tailAt:
+	// the offset the next tail reads from (txn.go). Guarded by mu.
+	epochs map[int64]int16
+	tailAt int64
+
+	// tailMu runs tails one at a time; tailing is set while maybeTail's
+	// runs.
+	tailMu  sync.Mutex
+	tailing atomic.Bool
 }
 
 func newShard(c *Coordinator, p int32, term uint64, l Log) *shard {
-	return &shard{c: c, p: p, term: term, log: l, ready: make(chan struct{}), done: make(chan struct{}), groups: map[string]*group{}}
+	return &shard{c: c, p: p, term: term, log: l, ready: make(chan struct{}), done: make(chan struct{}), groups: map[string]*group{},
+		epochs: map[int64]int16{}}
 }
 
 // close ends the shard (leadership moved): waiting calls are answered
@@ -95,7 +107,17 @@ func (s *shard) load() {
 	defer cancel()
 	groupGen := map[string]int32{}
 	now := s.c.cfg.Now()
-	n, _, err := s.scan(ctx, 0, func(_ Record, d decoded) {
+	n, end, err := s.scan(ctx, 0, func(_ Record, d decoded) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch {
+		case d.marker != nil:
+			s.applyMarker(d.marker, d.at)
+			return
+		case d.key.Kind == kindTxnOffset:
+			s.applyTxnRecord(d)
+			return
+		}
 		g := s.groups[d.key.Group]
 		if g == nil {
 			g = newGroup(d.key.Group)
@@ -118,16 +140,29 @@ func (s *shard) load() {
 		return
 	}
 	s.mu.Lock()
-	s.records, s.compactAt = int64(n), s.c.cfg.CompactAfter
+	s.records, s.compactAt, s.tailAt = int64(n), s.c.cfg.CompactAfter, end
 	s.mu.Unlock()
 	s.c.log.Info("coordinator loaded", "partition", s.p, "epoch", s.term, "groups", len(s.groups), "records", n, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // scan reads the partition from offset from (its log start, if later) up
 // to its high watermark when scan began and calls fn, in order, with every
-// record it can decode (the record as read, and decoded). It returns how
-// many records it read, decodable or not, and the offset after the last.
+// record and marker it can decode (the record as read, and decoded). It
+// returns how many entries it read, decodable or not, and the offset after
+// the last.
 func (s *shard) scan(ctx context.Context, from int64, fn func(Record, decoded)) (n int, end int64, err error) {
+	return s.scanRaw(ctx, from, func(r Record) {
+		d, err := decodeRecord(r)
+		if err != nil {
+			s.c.log.Warn("skipping an undecodable record", "partition", s.p, "offset", r.Offset, "err", err)
+			return
+		}
+		fn(r, d)
+	})
+}
+
+// scanRaw is scan without decoding: fn gets every entry as read.
+func (s *shard) scanRaw(ctx context.Context, from int64, fn func(Record)) (n int, end int64, err error) {
 	offset, hw := from, int64(-1)
 	for hw < 0 || offset < hw {
 		recs, next, h, err := s.log.Read(ctx, offset)
@@ -139,12 +174,7 @@ func (s *shard) scan(ctx context.Context, from int64, fn func(Record, decoded)) 
 		}
 		for _, r := range recs {
 			n++
-			d, err := decodeRecord(r)
-			if err != nil {
-				s.c.log.Warn("skipping an undecodable record", "partition", s.p, "err", err)
-				continue
-			}
-			fn(r, d)
+			fn(r)
 		}
 		if next <= offset && len(recs) == 0 {
 			break // nothing more below the high watermark
@@ -283,10 +313,15 @@ func (s *shard) persistAsync(groupID string, v *tapesv1.GroupValue) {
 // append writes recs while this shard still coordinates; a lost leadership
 // is NOT_COORDINATOR (the write's outcome is then unknown, as Kafka's).
 func (s *shard) append(ctx context.Context, recs []Record) error {
+	_, err := s.appendAt(ctx, recs)
+	return err
+}
+
+// appendAt is append that returns the offset of the first record.
+func (s *shard) appendAt(ctx context.Context, recs []Record) (int64, error) {
 	s.writes.RLock()
 	defer s.writes.RUnlock()
-	_, err := s.write(ctx, recs)
-	return err
+	return s.write(ctx, recs)
 }
 
 // write appends recs and counts them; the caller holds s.writes (shared
@@ -483,13 +518,8 @@ func (s *shard) tick(now time.Time) {
 // commit handles an OffsetCommit: the member and generation are checked,
 // the offsets appended, and applied to the cache once committed.
 func (s *shard) commit(ctx context.Context, req *tapesv1.OffsetCommitRequest) error {
-	for _, o := range req.Offsets {
-		if o.Offset < 0 {
-			return kerr.New(kerr.InvalidRequest, "commit of %s-%d at offset %d: offsets are >= 0", o.Topic, o.Partition, o.Offset)
-		}
-		if o.Topic == "" || o.Partition < 0 {
-			return kerr.New(kerr.InvalidRequest, "commit names topic %q partition %d", o.Topic, o.Partition)
-		}
+	if err := checkOffsets(req.Offsets); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	if err := s.live(req.GroupId); err != nil {
@@ -547,29 +577,32 @@ func (g *group) checkCommit(req *tapesv1.OffsetCommitRequest) error {
 	return nil
 }
 
-// fetchOffsets answers an OffsetFetch from the cache.
-func (s *shard) fetchOffsets(req *tapesv1.OffsetFetchRequest) *tapesv1.OffsetFetchResponse {
+// fetchOffsets answers an OffsetFetch from the cache, with, per answered
+// partition, whether a transactional commit of it is pending.
+func (s *shard) fetchOffsets(req *tapesv1.OffsetFetchRequest) (*tapesv1.OffsetFetchResponse, []bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	resp := &tapesv1.OffsetFetchResponse{}
+	var unstable []bool
 	g := s.groups[req.GroupId]
-	one := func(tp assign.TopicPartition) *tapesv1.CommittedOffset {
+	one := func(tp assign.TopicPartition) {
 		co := &tapesv1.CommittedOffset{Topic: tp.Topic, Partition: tp.Partition, Offset: -1}
 		if g != nil {
 			if c, ok := g.offsets[tp]; ok {
 				co.Offset, co.Metadata, co.CommitTimestampMs = c.offset, c.metadata, c.timestamp
 			}
 		}
-		return co
+		resp.Offsets = append(resp.Offsets, co)
+		unstable = append(unstable, g != nil && g.txnPending(tp))
 	}
 	if len(req.Partitions) > 0 {
 		for _, tp := range toPartitions(req.Partitions) {
-			resp.Offsets = append(resp.Offsets, one(tp))
+			one(tp)
 		}
-		return resp
+		return resp, unstable
 	}
 	if g == nil {
-		return resp
+		return resp, unstable
 	}
 	tps := make([]assign.TopicPartition, 0, len(g.offsets))
 	for tp := range g.offsets {
@@ -577,9 +610,9 @@ func (s *shard) fetchOffsets(req *tapesv1.OffsetFetchRequest) *tapesv1.OffsetFet
 	}
 	assign.SortPartitions(tps)
 	for _, tp := range tps {
-		resp.Offsets = append(resp.Offsets, one(tp))
+		one(tp)
 	}
-	return resp
+	return resp, unstable
 }
 
 // describe describes one group.

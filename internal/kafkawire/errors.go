@@ -85,6 +85,7 @@ var kafkaCodes = map[kerr.Code]*fkerr.Error{
 	kerr.UnknownProducerID:            fkerr.UnknownProducerID,
 	kerr.FetchSessionIDNotFound:       fkerr.FetchSessionIDNotFound,
 	kerr.ReassignmentInProgress:       fkerr.ReassignmentInProgress,
+	kerr.UnstableOffsetCommit:         fkerr.UnstableOffsetCommit,
 }
 
 // ErrorCode is the Kafka error code a handler puts in a response field for

@@ -71,6 +71,9 @@ const (
 	FetchSessionIDNotFound Code = "FETCH_SESSION_ID_NOT_FOUND"
 	// A partition reassignment (cluster topics reassign) is already under way.
 	ReassignmentInProgress Code = "REASSIGNMENT_IN_PROGRESS"
+	// OffsetFetch with require_stable of a partition whose transactional
+	// offsets are pending (KIP-447): the client retries.
+	UnstableOffsetCommit Code = "UNSTABLE_OFFSET_COMMIT"
 )
 
 // retriable lists the codes for which Kafka's client retries the same request
@@ -92,6 +95,7 @@ var retriable = map[Code]bool{
 	FencedLeaderEpoch:            true,
 	UnknownLeaderEpoch:           true,
 	FetchSessionIDNotFound:       true,
+	UnstableOffsetCommit:         true,
 }
 
 // Retriable reports whether a request that failed with c may succeed if sent again.
@@ -118,7 +122,7 @@ func (c Code) grpcCode() codes.Code {
 		return codes.Unavailable
 	case NotLeaderOrFollower, NotController, NotCoordinator, IllegalGeneration,
 		RebalanceInProgress, NotEnoughReplicasAfterAppend, OutOfOrderSequenceNumber, InvalidProducerEpoch, NonEmptyGroup,
-		FencedLeaderEpoch, UnknownLeaderEpoch, FetchSessionIDNotFound, ReassignmentInProgress:
+		FencedLeaderEpoch, UnknownLeaderEpoch, FetchSessionIDNotFound, ReassignmentInProgress, UnstableOffsetCommit:
 		return codes.FailedPrecondition
 	}
 	return codes.Internal
