@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 	"github.com/tapes-dev/tapes/internal/replication"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
@@ -80,21 +82,69 @@ func (l offsetsLog) DeleteRecords(ctx context.Context, before int64) (int64, err
 	return l.r.DeleteRecords(ctx, before)
 }
 
-func (l offsetsLog) Read(ctx context.Context, offset int64) ([]group.Record, int64, int64, error) {
-	res, err := l.r.Fetch(ctx, offset, 1<<20, 0)
+// Read reads whole batches (FetchBatches), so that it sees the
+// transaction markers the partition leader's WriteTxnMarkers writes: Kafka
+// control batches, which record-level reads skip. It does not wait: at the
+// high watermark it returns nothing.
+func (l offsetsLog) Read(_ context.Context, offset int64) ([]group.Record, int64, int64, error) {
+	res, err := l.r.FetchBatches(offset, 1<<20, true)
 	if ke, ok := kerr.As(err); ok && ke.Code() == kerr.OffsetOutOfRange && offset < ke.Detail.LogStartOffset {
-		res, err = l.r.Fetch(ctx, ke.Detail.LogStartOffset, 1<<20, 0)
+		offset = ke.Detail.LogStartOffset
+		res, err = l.r.FetchBatches(offset, 1<<20, true)
 	}
 	if err != nil {
 		return nil, offset, 0, err
 	}
-	out := make([]group.Record, len(res.Records))
+	var out []group.Record
 	next := offset
-	for i, r := range res.Records {
-		out[i] = group.Record{Key: r.Key, Value: r.Value}
-		next = r.Offset + 1
+	for _, sb := range res.Batches {
+		next = max(next, sb.NextOffset())
+		if m, ok := txnMarker(sb.Batch); ok {
+			if sb.BaseOffset >= offset {
+				out = append(out, group.Record{Offset: sb.BaseOffset, Marker: m})
+			}
+			continue
+		}
+		recs, err := sb.Batch.Records(sb.BaseOffset)
+		if err != nil {
+			return nil, offset, 0, kerr.New(kerr.KafkaStorageError, "%s: batch at %d: %v", group.OffsetsTopic, sb.BaseOffset, err)
+		}
+		for _, r := range recs {
+			if r.Offset >= offset {
+				out = append(out, group.Record{Offset: r.Offset, Key: r.Key, Value: r.Value})
+			}
+		}
 	}
 	return out, next, res.HighWatermark, nil
+}
+
+// Kafka's control batches (attributes bit 5) and their record key: int16
+// version 0, int16 type (0 abort, 1 commit; other types are not
+// transaction markers).
+const (
+	kafkaAttrControl        = 0x20
+	controlTypeAbort  int16 = 0
+	controlTypeCommit       = 1
+)
+
+// txnMarker reads a transaction marker from a stored batch: a Kafka
+// control batch whose record key is version 0 and type abort or commit;
+// ok is false for anything else.
+func txnMarker(b storage.Batch) (*group.Marker, bool) {
+	kb, ok := b.Kafka()
+	if !ok || recordbatch.Attributes(kb)&kafkaAttrControl == 0 {
+		return nil, false
+	}
+	recs, err := recordbatch.Records(kb, 0)
+	if err != nil || len(recs) != 1 || len(recs[0].Key) < 4 || binary.BigEndian.Uint16(recs[0].Key) != 0 {
+		return nil, false
+	}
+	typ := int16(binary.BigEndian.Uint16(recs[0].Key[2:]))
+	if typ != controlTypeAbort && typ != controlTypeCommit {
+		return nil, false
+	}
+	p := recordbatch.ProducerOf(kb)
+	return &group.Marker{ProducerID: p.ID, ProducerEpoch: p.Epoch, Commit: typ == controlTypeCommit}, true
 }
 
 // ensureOffsetsTopic creates __consumer_offsets through the controller

@@ -93,16 +93,19 @@ func (b *Broker) registerKafkaGroups(srv *kafkawire.Server) {
 			b.meta.View(func(s *metadata.State) { addr = s.Brokers[metadata.BrokerID(fc.NodeId)].KafkaAddress })
 			return fc.NodeId, addr, nil
 		},
-		partitionExists: func(topic string, p int32) bool {
-			ok := false
-			b.meta.View(func(s *metadata.State) {
-				t := s.Topics[topic]
-				ok = t != nil && p >= 0 && int(p) < len(t.Partitions)
-			})
-			return ok
-		},
+		partitionExists: b.partitionExists,
 	}
 	k.register(srv)
+}
+
+// partitionExists reports whether topic has partition p. It does not block.
+func (b *Broker) partitionExists(topic string, p int32) bool {
+	ok := false
+	b.meta.View(func(s *metadata.State) {
+		t := s.Topics[topic]
+		ok = t != nil && p >= 0 && int(p) < len(t.Partitions)
+	})
+	return ok
 }
 
 func (k *kafkaGroups) register(srv *kafkawire.Server) {
@@ -437,12 +440,16 @@ func (k *kafkaGroups) offsetCommit(ctx context.Context, r *kafkawire.Request) km
 type fetchedTopic struct {
 	topic string
 	parts []*tapesv1.CommittedOffset
+	// unstable[i]: parts[i] has a transactional commit pending and
+	// require_stable was asked (UNSTABLE_OFFSET_COMMIT, offset -1).
+	unstable []bool
 }
 
 // fetchGroup reads group's committed offsets: those of asked (in request
 // order), or every committed partition (by topic and partition) when all.
-// A partition without commit has offset -1.
-func (k *kafkaGroups) fetchGroup(ctx context.Context, groupID string, asked []*tapesv1.TopicPartitions, all bool) ([]fetchedTopic, error) {
+// A partition without commit has offset -1; with requireStable, one with a
+// transactional commit pending is marked unstable.
+func (k *kafkaGroups) fetchGroup(ctx context.Context, groupID string, asked []*tapesv1.TopicPartitions, all, requireStable bool) ([]fetchedTopic, error) {
 	if err := k.check(groupID); err != nil {
 		return nil, err
 	}
@@ -453,24 +460,31 @@ func (k *kafkaGroups) fetchGroup(ctx context.Context, groupID string, asked []*t
 	if !all {
 		req.Partitions = asked
 	}
-	out, err := k.coord.OffsetFetch(ctx, req)
+	out, pending, err := k.coord.OffsetFetchStable(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	var topics []fetchedTopic
-	for _, o := range out.Offsets {
+	for i, o := range out.Offsets {
 		if n := len(topics); n == 0 || topics[n-1].topic != o.Topic {
 			topics = append(topics, fetchedTopic{topic: o.Topic})
 		}
-		topics[len(topics)-1].parts = append(topics[len(topics)-1].parts, o)
+		ft := &topics[len(topics)-1]
+		unstable := requireStable && pending[i]
+		if unstable {
+			o = &tapesv1.CommittedOffset{Topic: o.Topic, Partition: o.Partition, Offset: -1}
+		}
+		ft.parts, ft.unstable = append(ft.parts, o), append(ft.unstable, unstable)
 	}
 	return topics, nil
 }
 
 // offsetFetch answers OffsetFetch: one group before v8 (v1's errors in the
 // partitions, v2-v7's at the top), many from v8 on, each with its error.
-// Null topics (v2+) ask for every committed partition. v7's require_stable
-// is accepted: without transactions no offset is pending. v9's member id
+// Null topics (v2+) ask for every committed partition. With v7+'s
+// require_stable, a partition whose transactional commit is pending is
+// UNSTABLE_OFFSET_COMMIT (KIP-447: the client retries), without it the
+// committed offset is answered. v9's member id
 // and epoch are for KIP-848 groups; classic groups do not check them, as
 // in Kafka. The leader epoch is -1 (not stored).
 func (k *kafkaGroups) offsetFetch(ctx context.Context, r *kafkawire.Request) kmsg.Response {
@@ -482,7 +496,7 @@ func (k *kafkaGroups) offsetFetch(ctx context.Context, r *kafkawire.Request) kms
 			for _, t := range g.Topics {
 				asked = append(asked, &tapesv1.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
 			}
-			resp.Groups = append(resp.Groups, k.offsetFetchGroup(ctx, g.Group, asked, g.Topics == nil, false))
+			resp.Groups = append(resp.Groups, k.offsetFetchGroup(ctx, g.Group, asked, g.Topics == nil, false, req.RequireStable))
 		}
 		return resp
 	}
@@ -491,7 +505,7 @@ func (k *kafkaGroups) offsetFetch(ctx context.Context, r *kafkawire.Request) kms
 		asked = append(asked, &tapesv1.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
 	}
 	// v1 has no top-level error: every partition asked carries it.
-	kg := k.offsetFetchGroup(ctx, req.Group, asked, req.Version >= 2 && req.Topics == nil, req.Version < 2)
+	kg := k.offsetFetchGroup(ctx, req.Group, asked, req.Version >= 2 && req.Topics == nil, req.Version < 2, req.Version >= 7 && req.RequireStable)
 	resp.ErrorCode = kg.ErrorCode
 	for _, t := range kg.Topics {
 		kt := kmsg.NewOffsetFetchResponseTopic()
@@ -508,10 +522,11 @@ func (k *kafkaGroups) offsetFetch(ctx context.Context, r *kafkawire.Request) kms
 // offsetFetchGroup answers one group of an OffsetFetch in v8's form: the
 // offsets of asked (all: every committed partition), or the group's error,
 // which errInPartitions puts in each partition asked instead (v1).
-func (k *kafkaGroups) offsetFetchGroup(ctx context.Context, groupID string, asked []*tapesv1.TopicPartitions, all, errInPartitions bool) kmsg.OffsetFetchResponseGroup {
+// requireStable: see fetchGroup.
+func (k *kafkaGroups) offsetFetchGroup(ctx context.Context, groupID string, asked []*tapesv1.TopicPartitions, all, errInPartitions, requireStable bool) kmsg.OffsetFetchResponseGroup {
 	kg := kmsg.NewOffsetFetchResponseGroup()
 	kg.Group = groupID
-	topics, err := k.fetchGroup(ctx, groupID, asked, all)
+	topics, err := k.fetchGroup(ctx, groupID, asked, all, requireStable)
 	code := kafkawire.ErrorCode(err)
 	switch {
 	case err == nil:
@@ -531,9 +546,12 @@ func (k *kafkaGroups) offsetFetchGroup(ctx context.Context, groupID string, aske
 	for _, t := range topics {
 		kt := kmsg.NewOffsetFetchResponseGroupTopic()
 		kt.Topic = t.topic
-		for _, o := range t.parts {
+		for i, o := range t.parts {
 			kp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
 			kp.Partition, kp.Offset, kp.LeaderEpoch, kp.Metadata, kp.ErrorCode = o.Partition, o.Offset, -1, kmsg.StringPtr(o.Metadata), code
+			if i < len(t.unstable) && t.unstable[i] {
+				kp.ErrorCode = kafkawire.ErrorCode(kerr.New(kerr.UnstableOffsetCommit, "group %s: %s-%d has a transactional commit pending", groupID, o.Topic, o.Partition))
+			}
 			kt.Partitions = append(kt.Partitions, kp)
 		}
 		kg.Topics = append(kg.Topics, kt)

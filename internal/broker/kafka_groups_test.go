@@ -64,7 +64,11 @@ func (l *groupMemLog) Read(ctx context.Context, offset int64) ([]group.Record, i
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	end := int64(len(l.recs))
-	return append([]group.Record(nil), l.recs[offset:]...), end, end, nil
+	out := append([]group.Record(nil), l.recs[offset:]...)
+	for i := range out {
+		out[i].Offset = offset + int64(i)
+	}
+	return out, end, end, nil
 }
 
 // groupsFixture is a kafkawire server with the group APIs over a real
@@ -119,6 +123,7 @@ func newGroupsFixture(t *testing.T) *groupsFixture {
 		partitionExists: func(topic string, p int32) bool { return topic == "orders" && p >= 0 && p < 3 },
 	}
 	k.register(srv)
+	k.registerTxnOffsetCommit(srv)
 	go srv.Serve(ln)
 	t.Cleanup(func() { close(f.release); srv.Close() })
 	eventually.Nil(t, 10*time.Second, "partition 0 loaded", func() error { return coord.Check(f.here) })
