@@ -391,33 +391,14 @@ func (k *kafkaGroups) leaveGroup(ctx context.Context, r *kafkawire.Request) kmsg
 func (k *kafkaGroups) offsetCommit(ctx context.Context, r *kafkawire.Request) kmsg.Response {
 	req := r.Msg.(*kmsg.OffsetCommitRequest)
 	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-	codes := make([][]int16, len(req.Topics))
-	// pending[i][j]: partition j of topic i is in the coordinator commit
-	// and gets its outcome.
-	pending := make([][]bool, len(req.Topics))
 	cr := &tapesv1.OffsetCommitRequest{GroupId: req.Group, GenerationId: req.Generation, MemberId: req.MemberID}
-	groupErr := k.check(req.Group)
-	for i, t := range req.Topics {
-		codes[i] = make([]int16, len(t.Partitions))
-		pending[i] = make([]bool, len(t.Partitions))
-		for j, p := range t.Partitions {
-			switch {
-			case groupErr != nil:
-				codes[i][j] = kafkawire.ErrorCode(groupErr)
-			case !k.partitionExists(t.Topic, p.Partition):
-				codes[i][j] = kafkawire.ErrorCode(kerr.New(kerr.UnknownTopicOrPartition, "%s-%d", t.Topic, p.Partition))
-			default:
-				pending[i][j] = true
-				o := &tapesv1.OffsetCommitPartition{Topic: t.Topic, Partition: p.Partition, Offset: p.Offset}
-				if p.Metadata != nil {
-					o.Metadata = *p.Metadata
-				}
-				cr.Offsets = append(cr.Offsets, o)
-			}
-		}
-	}
+	split := k.splitCommit(req.Group, len(req.Topics), func(i int) (string, int) { return req.Topics[i].Topic, len(req.Topics[i].Partitions) },
+		func(i, j int) (int32, int64, *string) {
+			p := req.Topics[i].Partitions[j]
+			return p.Partition, p.Offset, p.Metadata
+		})
 	var code int16
-	if len(cr.Offsets) > 0 {
+	if cr.Offsets = split.offsets; len(cr.Offsets) > 0 {
 		code = kafkawire.ErrorCode(k.coord.OffsetCommit(ctx, cr))
 	}
 	for i, t := range req.Topics {
@@ -425,15 +406,62 @@ func (k *kafkaGroups) offsetCommit(ctx context.Context, r *kafkawire.Request) km
 		kt.Topic = t.Topic
 		for j, p := range t.Partitions {
 			kp := kmsg.NewOffsetCommitResponseTopicPartition()
-			kp.Partition, kp.ErrorCode = p.Partition, codes[i][j]
-			if pending[i][j] {
-				kp.ErrorCode = code
-			}
+			kp.Partition, kp.ErrorCode = p.Partition, split.code(i, j, code)
 			kt.Partitions = append(kt.Partitions, kp)
 		}
 		resp.Topics = append(resp.Topics, kt)
 	}
 	return resp
+}
+
+// commitSplit is how the partitions of an OffsetCommit or a TxnOffsetCommit
+// are answered: codes[i][j] is the error of partition j of topic i decided
+// before the coordinator's call, unless ours[i][j]: then it is one of
+// offsets, which the call commits, and gets its outcome.
+type commitSplit struct {
+	codes   [][]int16
+	ours    [][]bool
+	offsets []*tapesv1.OffsetCommitPartition
+}
+
+// code is partition j of topic i's error, outcome the call's.
+func (s commitSplit) code(i, j int, outcome int16) int16 {
+	if s.ours[i][j] {
+		return outcome
+	}
+	return s.codes[i][j]
+}
+
+// splitCommit splits the partitions of a commit of groupID (topics of
+// them; topic(i) names topic i and counts its partitions, part(i, j) is
+// partition j's index, offset and metadata): all get the group's error
+// (Check) if there is one, a partition that does not exist
+// UNKNOWN_TOPIC_OR_PARTITION, as Kafka's KafkaApis answers; the others go
+// to the coordinator. It does not block.
+func (k *kafkaGroups) splitCommit(groupID string, topics int, topic func(i int) (string, int), part func(i, j int) (int32, int64, *string)) commitSplit {
+	s := commitSplit{codes: make([][]int16, topics), ours: make([][]bool, topics)}
+	groupErr := k.check(groupID)
+	for i := range topics {
+		name, n := topic(i)
+		s.codes[i], s.ours[i] = make([]int16, n), make([]bool, n)
+		for j := range n {
+			p, offset, metadata := part(i, j)
+			switch {
+			case groupErr != nil:
+				s.codes[i][j] = kafkawire.ErrorCode(groupErr)
+			case !k.partitionExists(name, p):
+				s.codes[i][j] = kafkawire.ErrorCode(kerr.New(kerr.UnknownTopicOrPartition, "%s-%d", name, p))
+			default:
+				s.ours[i][j] = true
+				o := &tapesv1.OffsetCommitPartition{Topic: name, Partition: p, Offset: offset}
+				if metadata != nil {
+					o.Metadata = *metadata
+				}
+				s.offsets = append(s.offsets, o)
+			}
+		}
+	}
+	return s
 }
 
 // fetchedTopic is one topic of an OffsetFetch answer.

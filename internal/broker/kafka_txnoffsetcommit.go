@@ -5,10 +5,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kafkawire"
-	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
 // Kafka's TxnOffsetCommit (key 28, issue 13): a transactional producer's
@@ -59,29 +57,12 @@ func (k *kafkaGroups) txnOffsetCommit(ctx context.Context, r *kafkawire.Request)
 	if req.Version >= 3 {
 		tr.GenerationID, tr.MemberID, tr.GroupInstanceID = req.Generation, req.MemberID, req.InstanceID
 	}
-	groupErr := k.check(req.Group)
-	// codes[i][j] is partition j of topic i's error; ours[i][j] says it
-	// gets the coordinator call's outcome instead.
-	codes := make([][]int16, len(req.Topics))
-	ours := make([][]bool, len(req.Topics))
-	for i, t := range req.Topics {
-		codes[i], ours[i] = make([]int16, len(t.Partitions)), make([]bool, len(t.Partitions))
-		for j, p := range t.Partitions {
-			switch {
-			case groupErr != nil:
-				codes[i][j] = kafkawire.ErrorCode(groupErr)
-			case !k.partitionExists(t.Topic, p.Partition):
-				codes[i][j] = kafkawire.ErrorCode(kerr.New(kerr.UnknownTopicOrPartition, "%s-%d", t.Topic, p.Partition))
-			default:
-				ours[i][j] = true
-				o := &tapesv1.OffsetCommitPartition{Topic: t.Topic, Partition: p.Partition, Offset: p.Offset}
-				if p.Metadata != nil {
-					o.Metadata = *p.Metadata
-				}
-				tr.Offsets = append(tr.Offsets, o)
-			}
-		}
-	}
+	split := k.splitCommit(req.Group, len(req.Topics), func(i int) (string, int) { return req.Topics[i].Topic, len(req.Topics[i].Partitions) },
+		func(i, j int) (int32, int64, *string) {
+			p := req.Topics[i].Partitions[j]
+			return p.Partition, p.Offset, p.Metadata
+		})
+	tr.Offsets = split.offsets
 	var code int16
 	if len(tr.Offsets) > 0 {
 		err := k.coord.TxnOffsetCommit(ctx, tr)
@@ -96,10 +77,7 @@ func (k *kafkaGroups) txnOffsetCommit(ctx context.Context, r *kafkawire.Request)
 		kt.Topic = t.Topic
 		for j, p := range t.Partitions {
 			kp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
-			kp.Partition, kp.ErrorCode = p.Partition, codes[i][j]
-			if ours[i][j] {
-				kp.ErrorCode = code
-			}
+			kp.Partition, kp.ErrorCode = p.Partition, split.code(i, j, code)
 			kt.Partitions = append(kt.Partitions, kp)
 		}
 		resp.Topics = append(resp.Topics, kt)
