@@ -16,7 +16,11 @@
 // once committed, so what a member was told survives the coordinator's
 // crash. A partition that has grown past Config.CompactAfter records is
 // compacted by its coordinator (compact.go): the latest record of each key
-// is written again and the log start moved past the rest.
+// is written again and the log start moved past the rest. Transactional
+// offset commits (TxnOffsetCommit, txn.go) are written as pending records
+// of their producer and become committed offsets only when that
+// producer's commit marker appears in the partition (an abort marker
+// discards them); the coordinator finds markers by reading its partition.
 //
 // The assignment itself is computed by the group's leader member (package
 // assign, through internal/consumerproto); the coordinator only carries the
