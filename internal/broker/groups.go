@@ -89,12 +89,12 @@ func (l offsetsLog) Read(ctx context.Context, offset int64) ([]group.Record, int
 		return nil, offset, 0, err
 	}
 	out := make([]group.Record, len(res.Records))
-	next := offset
 	for i, r := range res.Records {
 		out[i] = group.Record{Key: r.Key, Value: r.Value}
-		next = r.Offset + 1
 	}
-	return out, next, res.HighWatermark, nil
+	// NextOffset, not the last record's: past the control batches
+	// (transaction markers) that Fetch never returns as records.
+	return out, res.NextOffset, res.HighWatermark, nil
 }
 
 // ensureOffsetsTopic creates __consumer_offsets through the controller
