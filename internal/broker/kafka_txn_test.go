@@ -11,6 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tapes-dev/tapes/internal/eventually"
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/group"
+	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/recordbatch"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
@@ -195,6 +198,55 @@ func TestKafkaTransactionsInThePartition(t *testing.T) {
 	}
 	consume(kgo.ReadCommitted(), []string{"plain", "b0", "b1"})
 	consume(kgo.ReadUncommitted(), []string{"a0", "a1", "a2", "plain", "b0", "b1"})
+
+	// gRPC's Fetch: read_committed drops the aborted records, neither
+	// level returns a control record, next_offset goes past the markers.
+	grpcFetch := func(offset int64, isolation int32) (*tapesv1.FetchResponse, error) {
+		return kb.bc.Fetch(context.Background(), &tapesv1.FetchRequest{Topic: "txn", Offset: offset, MaxBytes: 1 << 20, IsolationLevel: isolation})
+	}
+	for _, c := range []struct {
+		isolation int32
+		want      []string
+	}{{1, []string{"plain", "b0", "b1"}}, {0, []string{"a0", "a1", "a2", "plain", "b0", "b1"}}} {
+		g, err := grpcFetch(0, c.isolation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range g.Records {
+			got = append(got, string(r.Value))
+		}
+		if !slices.Equal(got, c.want) || g.LastStableOffset != 8 || g.NextOffset != 8 || g.HighWatermark != 8 {
+			t.Fatalf("gRPC Fetch isolation %d: %q, lso %d next %d hw %d; want %q, 8, 8, 8", c.isolation, got, g.LastStableOffset, g.NextOffset, g.HighWatermark, c.want)
+		}
+	}
+	if g, err := grpcFetch(6, 0); err != nil || len(g.Records) != 0 || g.NextOffset != 8 {
+		t.Fatalf("gRPC Fetch at the markers: %v, %v", g, err)
+	}
+	if _, err := grpcFetch(0, 2); !kerr.Is(kerr.FromStatus(err), kerr.InvalidRequest) {
+		t.Fatalf("gRPC Fetch isolation 2: %v", err)
+	}
+
+	// The group coordinator's loader reads a __consumer_offsets partition
+	// through offsetsLog: a marker written there (by WriteTxnMarkers) is
+	// no record, and the read goes past it.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := kb.b.ensureOffsetsTopic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Nil(t, 60*time.Second, "a marker in __consumer_offsets-0", func() error {
+		m := marker(committing, epochB, true, 0)
+		m.Topics[0].Topic = group.OffsetsTopic
+		return fkerr.ErrorForCode(codes(markers(m))[0][0])
+	})
+	r, err := (&api{b: kb.b}).leaderReplica(group.OffsetsTopic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs, next, hw, err := (offsetsLog{r}).Read(ctx, 0); err != nil || len(recs) != 0 || next != hw || hw < 1 {
+		t.Fatalf("the loader's read of a partition holding a marker: %d records, next %d, hw %d, %v", len(recs), next, hw, err)
+	}
 
 	// A marker of a newer epoch fences epoch 0 (written though nothing is
 	// open); one of epoch 0 is then refused.
