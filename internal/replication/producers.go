@@ -224,9 +224,10 @@ func (ps *producerState) prune(logStart int64) {
 // A control batch is read whole for its marker.
 func (ps *producerState) rebuild(l *storage.Log) error {
 	ps.mu.Lock()
-	ps.m, ps.ongoing, ps.aborted, ps.end = map[int64]*producerEntry{}, map[int64]int64{}, nil, l.StartOffset()
+	// The FSM goroutine (or Open) rebuilds: nothing appends meanwhile.
+	start, end := l.StartOffset(), l.EndOffset()
+	ps.m, ps.ongoing, ps.aborted, ps.end = map[int64]*producerEntry{}, map[int64]int64{}, nil, end
 	ps.mu.Unlock()
-	start := l.StartOffset()
 	var err error
 	scanErr := l.ScanBatches(start, func(m storage.BatchMeta) bool {
 		if m.BaseOffset < start {
@@ -238,7 +239,7 @@ func (ps *producerState) rebuild(l *storage.Log) error {
 				return false
 			}
 		}
-		ps.record(m, marker, m.BaseOffset+int64(m.Count))
+		ps.record(m, marker, end)
 		return true
 	})
 	if scanErr != nil {

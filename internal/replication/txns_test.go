@@ -70,17 +70,7 @@ func stateOfProducers(ps *producerState) string {
 // transactions, equals the live one.
 func TestTransactionsInTheFSM(t *testing.T) {
 	dir := t.TempDir()
-	open := func(dir string) (*storage.Log, *fsm) {
-		l, err := storage.Open(dir, storage.Config{SegmentBytes: 300}, quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := newFSM(l, quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l, f
-	}
+	open := func(dir string) (*storage.Log, *fsm) { return openFSM(t, dir, 300) }
 	l, f := open(dir)
 	idx := uint64(0)
 	apply := func(e *raft.Log) applyResult {
@@ -176,10 +166,11 @@ func TestTransactionsInTheFSM(t *testing.T) {
 		t.Fatalf("rebuilt after a snapshot restore:\n%s\nlive:\n%s", got, live)
 	}
 
-	// Retention through p1's first aborted transaction (0..6) and then
-	// through its open one (10..): live and rebuilt agree; aborted entries
-	// wholly below the log start go.
-	for _, cut := range []int64{4, 7, 11} {
+	// Retention through p1's first aborted transaction (0..6), then
+	// through its open one (10..), then inside a plain batch: live and
+	// rebuilt agree; aborted entries wholly below the log start go.
+	mustAt(apply(batchEntry(next(), "x", "y", "z")), 13)
+	for _, cut := range []int64{4, 7, 11, 14} {
 		f.Apply(&raft.Log{Index: next(), Term: 1, Type: raft.LogCommand, Data: encodeDeleteBeforeCmd(cut)})
 		if f.log.StartOffset() != cut {
 			t.Fatalf("log start %d, want %d", f.log.StartOffset(), cut)
