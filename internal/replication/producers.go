@@ -221,13 +221,15 @@ func (ps *producerState) prune(logStart int64) {
 
 // rebuild replaces the state with what the log's batch headers say,
 // leaving out a batch that begins below the log start (prune would have).
-// A control batch is read whole for its marker.
+// A control batch is read whole for its marker. The new state is built
+// apart and swapped in at once, so a reader (the leader serving
+// read_committed while retention rebuilds) never sees half of it; on an
+// error the state is left as it was. FSM goroutine (or Open): nothing
+// appends meanwhile.
 func (ps *producerState) rebuild(l *storage.Log) error {
-	ps.mu.Lock()
-	// The FSM goroutine (or Open) rebuilds: nothing appends meanwhile.
 	start, end := l.StartOffset(), l.EndOffset()
-	ps.m, ps.ongoing, ps.aborted, ps.end = map[int64]*producerEntry{}, map[int64]int64{}, nil, end
-	ps.mu.Unlock()
+	fresh := newProducerState()
+	fresh.end = end
 	var err error
 	scanErr := l.ScanBatches(start, func(m storage.BatchMeta) bool {
 		if m.BaseOffset < start {
@@ -239,13 +241,19 @@ func (ps *producerState) rebuild(l *storage.Log) error {
 				return false
 			}
 		}
-		ps.record(m, marker, end)
+		fresh.record(m, marker, end)
 		return true
 	})
 	if scanErr != nil {
 		return scanErr
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	ps.mu.Lock()
+	ps.m, ps.ongoing, ps.aborted, ps.end = fresh.m, fresh.ongoing, fresh.aborted, fresh.end
+	ps.mu.Unlock()
+	return nil
 }
 
 // attrControl is Kafka's attributes bit 5 (storage.BatchMeta).
