@@ -466,12 +466,15 @@ func (a *api) Fetch(ctx context.Context, req *tapesv1.FetchRequest) (resp *tapes
 	if wait > maxFetchWait {
 		wait = maxFetchWait
 	}
-	res, err := r.Fetch(ctx, req.Offset, maxBytes, wait)
+	if req.IsolationLevel != int32(replication.ReadUncommitted) && req.IsolationLevel != int32(replication.ReadCommitted) {
+		return nil, kerr.ToStatus(kerr.New(kerr.InvalidRequest, "isolation level %d: 0 (read_uncommitted) or 1 (read_committed)", req.IsolationLevel))
+	}
+	res, err := r.FetchIsolated(ctx, req.Offset, maxBytes, wait, replication.IsolationLevel(req.IsolationLevel))
 	if err != nil {
 		return nil, kerr.ToStatus(err)
 	}
 	out := &tapesv1.FetchResponse{HighWatermark: res.HighWatermark, LogStartOffset: res.LogStart, LeaderEpoch: res.Epoch,
-		Records: make([]*tapesv1.Record, len(res.Records))}
+		LastStableOffset: res.LastStable, NextOffset: res.NextOffset, Records: make([]*tapesv1.Record, len(res.Records))}
 	for i, rec := range res.Records {
 		out.Records[i] = toProto(rec)
 	}

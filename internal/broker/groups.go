@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"strconv"
 	"time"
@@ -87,10 +86,10 @@ func (l offsetsLog) DeleteRecords(ctx context.Context, before int64) (int64, err
 // control batches, which record-level reads skip. It does not wait: at the
 // high watermark it returns nothing.
 func (l offsetsLog) Read(_ context.Context, offset int64) ([]group.Record, int64, int64, error) {
-	res, err := l.r.FetchBatches(offset, 1<<20, true)
+	res, err := l.r.FetchBatches(offset, 1<<20, true, replication.ReadUncommitted)
 	if ke, ok := kerr.As(err); ok && ke.Code() == kerr.OffsetOutOfRange && offset < ke.Detail.LogStartOffset {
 		offset = ke.Detail.LogStartOffset
-		res, err = l.r.FetchBatches(offset, 1<<20, true)
+		res, err = l.r.FetchBatches(offset, 1<<20, true, replication.ReadUncommitted)
 	}
 	if err != nil {
 		return nil, offset, 0, err
@@ -100,7 +99,7 @@ func (l offsetsLog) Read(_ context.Context, offset int64) ([]group.Record, int64
 	for _, sb := range res.Batches {
 		next = max(next, sb.NextOffset())
 		if m, ok := txnMarker(sb.Batch); ok {
-			if sb.BaseOffset >= offset {
+			if m != nil && sb.BaseOffset >= offset {
 				out = append(out, group.Record{Offset: sb.BaseOffset, Marker: m})
 			}
 			continue
@@ -118,33 +117,20 @@ func (l offsetsLog) Read(_ context.Context, offset int64) ([]group.Record, int64
 	return out, next, res.HighWatermark, nil
 }
 
-// Kafka's control batches (attributes bit 5) and their record key: int16
-// version 0, int16 type (0 abort, 1 commit; other types are not
-// transaction markers).
-const (
-	kafkaAttrControl        = 0x20
-	controlTypeAbort  int16 = 0
-	controlTypeCommit       = 1
-)
-
-// txnMarker reads a transaction marker from a stored batch: a Kafka
-// control batch whose record key is version 0 and type abort or commit;
-// ok is false for anything else.
+// txnMarker reads a transaction marker from a stored batch: ok is false
+// for a batch that is not a control batch. A control batch that is not a
+// transaction marker (recordbatch.ParseMarker refuses it) is reported with
+// a nil marker and ok true: it is skipped, never read as offsets.
 func txnMarker(b storage.Batch) (*group.Marker, bool) {
 	kb, ok := b.Kafka()
-	if !ok || recordbatch.Attributes(kb)&kafkaAttrControl == 0 {
+	if !ok || !recordbatch.IsControl(kb) {
 		return nil, false
 	}
-	recs, err := recordbatch.Records(kb, 0)
-	if err != nil || len(recs) != 1 || len(recs[0].Key) < 4 || binary.BigEndian.Uint16(recs[0].Key) != 0 {
-		return nil, false
+	m, err := recordbatch.ParseMarker(kb)
+	if err != nil {
+		return nil, true
 	}
-	typ := int16(binary.BigEndian.Uint16(recs[0].Key[2:]))
-	if typ != controlTypeAbort && typ != controlTypeCommit {
-		return nil, false
-	}
-	p := recordbatch.ProducerOf(kb)
-	return &group.Marker{ProducerID: p.ID, ProducerEpoch: p.Epoch, Commit: typ == controlTypeCommit}, true
+	return &group.Marker{ProducerID: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: m.Commit}, true
 }
 
 // ensureOffsetsTopic creates __consumer_offsets through the controller

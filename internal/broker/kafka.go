@@ -59,6 +59,7 @@ func (b *Broker) ServeKafka(lis net.Listener) error {
 	b.registerKafkaProduce(srv)
 	b.registerKafkaAdmin(srv)
 	b.registerKafkaTxnOffsetCommit(srv)
+	b.registerKafkaWriteTxnMarkers(srv)
 	b.kafka = srv
 	b.mu.Unlock()
 	b.log.Info("kafka listener serving", "listen", lis.Addr().String(), "advertise", b.cfg.KafkaAdvertise)

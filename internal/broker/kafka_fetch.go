@@ -31,9 +31,6 @@ const (
 	fetchFinalEpoch   = -1
 )
 
-// Isolation levels (v4+).
-const readCommitted = 1
-
 // registerKafkaFetch registers Fetch on the Kafka listener (ServeKafka).
 func (b *Broker) registerKafkaFetch(srv *kafkawire.Server) {
 	srv.Register(kmsg.Fetch.Int16(), kafkaFetchMin, kafkaFetchMax, b.kafkaFetch)
@@ -46,6 +43,9 @@ type fetchPart struct {
 	offset    int64
 	maxBytes  int   // partition_max_bytes, at least 0
 	epoch     int32 // current_leader_epoch (v9+); -1: not checked
+	// isolation is the request's isolation level: read_committed reads
+	// below the last stable offset only.
+	isolation replication.IsolationLevel
 	// r is the local replica; nil when lookupErr says why there is none.
 	r         *replication.Replica
 	lookupErr error
@@ -56,7 +56,7 @@ type fetchPart struct {
 type fetchReader func(p *fetchPart, maxBytes int, minOne bool) (replication.BatchFetch, error)
 
 func replicaRead(p *fetchPart, maxBytes int, minOne bool) (replication.BatchFetch, error) {
-	return p.r.FetchBatches(p.offset, maxBytes, minOne)
+	return p.r.FetchBatches(p.offset, maxBytes, minOne, p.isolation)
 }
 
 // kafkaFetch answers Fetch. Called on the connection's request goroutine:
@@ -108,6 +108,16 @@ func (b *Broker) kafkaFetch(ctx context.Context, r *kafkawire.Request) kafkawire
 	})
 }
 
+// kafkaIsolation is a request's isolation_level: 1 read_committed, any
+// other read_uncommitted (Kafka's IsolationLevel.forId refuses others; the
+// request decoded, so it is 0 or 1 from every client).
+func kafkaIsolation(level int8) replication.IsolationLevel {
+	if level == int8(replication.ReadCommitted) {
+		return replication.ReadCommitted
+	}
+	return replication.ReadUncommitted
+}
+
 // fetchSessionError is the answer to an incremental fetch (v7+, a session
 // epoch other than 0 and -1): FETCH_SESSION_ID_NOT_FOUND, no partitions,
 // session id 0; nil for a full fetch.
@@ -136,7 +146,7 @@ func (b *Broker) fetchParts(req *kmsg.FetchRequest) []fetchPart {
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
 			fp := fetchPart{topic: t.Topic, partition: p.Partition, offset: p.FetchOffset,
-				maxBytes: max(int(p.PartitionMaxBytes), 0), epoch: -1}
+				maxBytes: max(int(p.PartitionMaxBytes), 0), epoch: -1, isolation: kafkaIsolation(req.IsolationLevel)}
 			if req.Version >= 9 {
 				fp.epoch = p.CurrentLeaderEpoch
 			}
@@ -227,13 +237,18 @@ func fetchPartition(req *kmsg.FetchRequest, p *fetchPart, limit int, minOne bool
 	rp := kmsg.NewFetchResponseTopicPartition()
 	rp.Partition = p.partition
 	rp.HighWatermark = res.HighWatermark
-	rp.LastStableOffset = res.HighWatermark // no transactions: nothing is unstable
+	rp.LastStableOffset = res.LastStable
 	rp.LogStartOffset = res.LogStart
 	// Kafka's answer: read_committed, the aborted transactions among the
-	// records (none: no transactions yet); read_uncommitted, null.
+	// batches returned (clients drop their records); read_uncommitted, null.
 	rp.AbortedTransactions = nil
-	if req.IsolationLevel == readCommitted {
-		rp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+	if p.isolation == replication.ReadCommitted {
+		rp.AbortedTransactions = make([]kmsg.FetchResponseTopicPartitionAbortedTransaction, 0, len(res.Aborted))
+		for _, at := range res.Aborted {
+			kat := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+			kat.ProducerID, kat.FirstOffset = at.ProducerID, at.FirstOffset
+			rp.AbortedTransactions = append(rp.AbortedTransactions, kat)
+		}
 	}
 	rp.PreferredReadReplica = -1
 	rp.RecordBatches = records

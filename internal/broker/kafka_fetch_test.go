@@ -80,7 +80,7 @@ func partsOf(req *kmsg.FetchRequest, lookup map[string]error) []fetchPart {
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
 			parts = append(parts, fetchPart{topic: t.Topic, partition: p.Partition, offset: p.FetchOffset,
-				maxBytes: int(p.PartitionMaxBytes), epoch: p.CurrentLeaderEpoch,
+				maxBytes: int(p.PartitionMaxBytes), epoch: p.CurrentLeaderEpoch, isolation: kafkaIsolation(req.IsolationLevel),
 				lookupErr: lookup[fmt.Sprintf("%s-%d", t.Topic, p.Partition)]})
 		}
 	}
@@ -89,7 +89,7 @@ func partsOf(req *kmsg.FetchRequest, lookup map[string]error) []fetchPart {
 
 func ok(hw, start int64, term uint64, bs []storage.StoredBatch) func(*fetchPart) (replication.BatchFetch, error) {
 	return func(*fetchPart) (replication.BatchFetch, error) {
-		return replication.BatchFetch{Batches: bs, HighWatermark: hw, LogStart: start, Term: term}, nil
+		return replication.BatchFetch{Batches: bs, HighWatermark: hw, LastStable: hw, LogStart: start, Term: term}, nil
 	}
 }
 
@@ -104,10 +104,11 @@ func fails(err error) func(*fetchPart) (replication.BatchFetch, error) {
 // just-elected leader as NOT_LEADER_OR_FOLLOWER.
 func TestKafkaFetchMapping(t *testing.T) {
 	req := fetchReq(12, 1<<20, "a 0", "a 1", "a 2", "b 0", "b 1", "b 2")
-	parts := partsOf(req, map[string]error{
+	lookup := map[string]error{
 		"a-2": kerr.New(kerr.UnknownTopicOrPartition, "partition 2 of topic %q does not exist", "a"),
 		"b-2": kerr.NotLeader(3, "h3:1", 9, "no replica here"),
-	})
+	}
+	parts := partsOf(req, lookup)
 	f := &fakeRead{results: map[string]func(*fetchPart) (replication.BatchFetch, error){
 		"a-0": ok(12, 2, 7, storedBatches(9, 3, 10)),
 		"a-1": ok(10, 0, 7, nil),
@@ -156,11 +157,28 @@ func TestKafkaFetchMapping(t *testing.T) {
 	if a.codes[3] != kerr.OffsetOutOfRange || a.codes[4] != kerr.NotLeaderOrFollower || a.codes[0] != "" {
 		t.Errorf("codes %v", a.codes)
 	}
-	// What is read_committed sees no aborted transactions (an empty list).
+	// read_committed: the partition's last stable offset and its aborted
+	// transactions (an empty list when none), as the replica read them.
 	req.IsolationLevel = 1
+	parts = partsOf(req, lookup)
+	f.results["a-0"] = func(p *fetchPart) (replication.BatchFetch, error) {
+		if p.isolation != replication.ReadCommitted {
+			t.Errorf("read with isolation %d", p.isolation)
+		}
+		return replication.BatchFetch{Batches: storedBatches(9, 3, 10), HighWatermark: 20, LastStable: 12, LogStart: 2, Term: 7,
+			Aborted: []replication.AbortedTxn{{ProducerID: 5, FirstOffset: 9, LastOffset: 11}}}, nil
+	}
+	f.results["a-1"] = func(*fetchPart) (replication.BatchFetch, error) {
+		return replication.BatchFetch{HighWatermark: 10, LastStable: 10, Aborted: []replication.AbortedTxn{}}, nil
+	}
 	a = fetchRound(req, parts, f.read)
-	if rp := a.resp.Topics[0].Partitions[0]; rp.AbortedTransactions == nil || len(rp.AbortedTransactions) != 0 {
-		t.Errorf("read_committed: aborted transactions %v", rp.AbortedTransactions)
+	rp := a.resp.Topics[0].Partitions[0]
+	if rp.HighWatermark != 20 || rp.LastStableOffset != 12 || len(rp.AbortedTransactions) != 1 ||
+		rp.AbortedTransactions[0].ProducerID != 5 || rp.AbortedTransactions[0].FirstOffset != 9 {
+		t.Errorf("read_committed: %+v", rp)
+	}
+	if rp := a.resp.Topics[0].Partitions[1]; rp.AbortedTransactions == nil || len(rp.AbortedTransactions) != 0 {
+		t.Errorf("read_committed: aborted transactions %v, want empty", rp.AbortedTransactions)
 	}
 }
 

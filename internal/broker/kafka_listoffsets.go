@@ -41,8 +41,8 @@ func (b *Broker) registerKafkaListOffsets(srv *kafkawire.Server) {
 // offset, which tapes does not keep, so -1 (unknown: clients then skip
 // OffsetForLeaderEpoch validation, which is not served anyway). A broker that is not the partition's ready leader
 // answers NOT_LEADER_OR_FOLLOWER (without checking the epoch). Isolation
-// level 1 (read_committed) answers as 0: without transactions the last
-// stable offset is the high watermark. A partition asked for twice is
+// level 1 (read_committed, v2+) answers the last stable offset for -1, and
+// no offset at or past it for a timestamp, as Kafka does. A partition asked for twice is
 // INVALID_REQUEST, as Kafka answers.
 func (b *Broker) kafkaListOffsets(_ context.Context, r *kafkawire.Request) kafkawire.Reply {
 	req := r.Msg.(*kmsg.ListOffsetsRequest)
@@ -73,7 +73,7 @@ func (b *Broker) kafkaListOffsets(_ context.Context, r *kafkawire.Request) kafka
 				err = kerr.New(kerr.InvalidRequest, "%s-%d is asked for %d times in one ListOffsets request", t.Topic, p.Partition, times[tp{t.Topic, p.Partition}])
 			}
 			if err == nil {
-				off, ts, epoch, err = a.kafkaListOffset(t.Topic, p.Partition, p.Timestamp, p.CurrentLeaderEpoch)
+				off, ts, epoch, err = a.kafkaListOffset(t.Topic, p.Partition, p.Timestamp, p.CurrentLeaderEpoch, kafkaIsolation(req.IsolationLevel))
 			}
 			if err != nil {
 				off, ts, epoch = -1, -1, -1
@@ -90,12 +90,12 @@ func (b *Broker) kafkaListOffsets(_ context.Context, r *kafkawire.Request) kafka
 // kafkaListOffset is one partition's answer: offset, timestamp and leader
 // epoch, or FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when current (not
 // -1) differs from the leader's epoch.
-func (a *api) kafkaListOffset(topic string, partition int32, timestamp int64, current int32) (int64, int64, int32, error) {
+func (a *api) kafkaListOffset(topic string, partition int32, timestamp int64, current int32, isolation replication.IsolationLevel) (int64, int64, int32, error) {
 	r, err := a.leaderReplica(topic, partition)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	off, ts, term, err := r.ListOffsets(timestamp)
+	off, ts, term, err := r.ListOffsetsIsolated(timestamp, isolation)
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -112,15 +112,15 @@ func (b *Broker) kafkaProposePartition(ctx context.Context, a *api, req *kmsg.Pr
 	if err != nil {
 		return nil, 0, err
 	}
-	if req.TransactionID != nil {
-		return nil, 0, kerr.New(kerr.InvalidRecord, "transactional produce (transactional id %q) to %s-%d: transactions are not served yet", *req.TransactionID, topic, p.Partition)
-	}
 	info, err := recordbatch.Validate(p.Records, req.Version)
 	if err != nil {
 		return nil, 0, err
 	}
-	if info.Transactional {
-		return nil, 0, kerr.New(kerr.InvalidRecord, "transactional record batch (producer %d) to %s-%d: transactions are not served yet", info.ProducerID, topic, p.Partition)
+	// A transactional batch opens (or continues) its producer's transaction
+	// in the partition (replication's producer state); the partition does
+	// not check that the coordinator added it (KIP-890 is not served).
+	if info.Transactional && info.ProducerID < 0 {
+		return nil, 0, kerr.New(kerr.InvalidRecord, "transactional record batch to %s-%d without a producer id", topic, p.Partition)
 	}
 	// As Kafka's log does before an append: a CreateTime batch with its
 	// records' largest timestamp (the request's buffer is ours to change).

@@ -12,21 +12,37 @@ import (
 
 // FetchResult is a successful Fetch.
 type FetchResult struct {
+	// Records are data records only: never a control record (a transaction
+	// marker), nor, read_committed, a record of an aborted transaction.
 	Records       []storage.Record
 	HighWatermark int64
-	LogStart      int64
-	Epoch         int64
+	// LastStable is the last stable offset (LastStableOffset).
+	LastStable int64
+	LogStart   int64
+	Epoch      int64
+	// NextOffset is where the next fetch begins: after the last batch read,
+	// past the control batches and aborted records skipped, so a reader
+	// does not ask again for what it was not given; the offset asked for
+	// when nothing was read.
+	NextOffset int64
 }
 
 // HighWatermark is the end of the committed, applied log: the replica's
 // FSM only ever applies committed entries.
 func (r *Replica) HighWatermark() int64 { return r.log.EndOffset() }
 
-// Fetch reads committed records from offset on the leader, never at or past
-// the high watermark. When offset equals the high watermark it waits up to
-// maxWait for new records. Offsets below the log start or above the high
-// watermark are OFFSET_OUT_OF_RANGE carrying both bounds.
+// Fetch is FetchIsolated with ReadUncommitted.
 func (r *Replica) Fetch(ctx context.Context, offset int64, maxBytes int, maxWait time.Duration) (FetchResult, error) {
+	return r.FetchIsolated(ctx, offset, maxBytes, maxWait, ReadUncommitted)
+}
+
+// FetchIsolated reads committed records from offset on the leader, never at
+// or past the high watermark (read_committed: the last stable offset, and
+// the records of aborted transactions are dropped). Control records are
+// never returned. When nothing is there to read it waits up to maxWait for
+// new records. Offsets below the log start or above the high watermark are
+// OFFSET_OUT_OF_RANGE carrying both bounds.
+func (r *Replica) FetchIsolated(ctx context.Context, offset int64, maxBytes int, maxWait time.Duration, isolation IsolationLevel) (FetchResult, error) {
 	term, err := r.readyTerm()
 	if err != nil {
 		return FetchResult{}, err
@@ -39,8 +55,10 @@ func (r *Replica) Fetch(ctx context.Context, offset int64, maxBytes int, maxWait
 		if offset < start || offset > hw {
 			return FetchResult{}, kerr.OutOfRange(offset, start, hw)
 		}
-		if offset < hw {
-			recs, err := r.log.Read(offset, maxBytes, hw)
+		res := FetchResult{HighWatermark: hw, LastStable: r.LastStableOffset(), LogStart: start, Epoch: int64(term), NextOffset: offset}
+		upTo := r.upTo(hw, isolation)
+		for res.NextOffset < upTo && len(res.Records) == 0 {
+			recs, next, err := r.readRecords(res.NextOffset, maxBytes, upTo, isolation)
 			if errors.Is(err, storage.ErrOffsetOutOfRange) {
 				// Retention moved the start between the check and the read.
 				return FetchResult{}, kerr.OutOfRange(offset, r.log.StartOffset(), hw)
@@ -48,21 +66,64 @@ func (r *Replica) Fetch(ctx context.Context, offset int64, maxBytes int, maxWait
 			if err != nil {
 				return FetchResult{}, kerr.New(kerr.KafkaStorageError, "read %s-%d at %d: %v", r.cfg.Topic, r.cfg.Partition, offset, err)
 			}
-			return FetchResult{Records: recs, HighWatermark: hw, LogStart: start, Epoch: int64(term)}, nil
+			if next <= res.NextOffset {
+				break // no whole batch below upTo (cannot happen: both lie at batch ends)
+			}
+			res.Records, res.NextOffset = recs, next
+		}
+		if len(res.Records) > 0 {
+			return res, nil
 		}
 		select {
 		case <-changed:
 		case <-deadline.C:
-			return FetchResult{HighWatermark: hw, LogStart: start, Epoch: int64(term)}, nil
+			return res, nil
 		case <-ctx.Done():
-			return FetchResult{HighWatermark: hw, LogStart: start, Epoch: int64(term)}, nil
+			return res, nil
 		case <-r.stop:
 			return FetchResult{}, r.notLeader("is closing its replica")
 		}
 		if term2, err := r.readyTerm(); err != nil || term2 != term {
 			return FetchResult{}, r.notLeader("lost leadership")
 		}
+		offset = res.NextOffset
 	}
+}
+
+// readRecords reads the data records of the whole batches from offset
+// (the first holding it) that end at or below upTo, within maxBytes of
+// stored batches (the first however large): control batches skipped, and
+// read_committed the batches of aborted transactions. next is the offset
+// after the last batch read.
+func (r *Replica) readRecords(offset int64, maxBytes int, upTo int64, isolation IsolationLevel) (recs []storage.Record, next int64, err error) {
+	bs, err := r.log.ReadBatches(offset, maxBytes, upTo, true)
+	if err != nil {
+		return nil, offset, err
+	}
+	next = offset
+	var aborted []AbortedTxn
+	if isolation == ReadCommitted && len(bs) > 0 {
+		aborted = r.AbortedTxns(offset, bs[len(bs)-1].NextOffset())
+	}
+	for _, sb := range bs {
+		next = sb.NextOffset()
+		if sb.Batch.Control() {
+			continue
+		}
+		if p := sb.Batch.Producer(); len(aborted) > 0 && sb.Batch.Transactional() && abortedBatch(aborted, p.ID, sb.BaseOffset) {
+			continue
+		}
+		rs, err := sb.Batch.Records(sb.BaseOffset)
+		if err != nil {
+			return recs, next, err
+		}
+		for _, rec := range rs {
+			if rec.Offset >= offset {
+				recs = append(recs, rec)
+			}
+		}
+	}
+	return recs, next, nil
 }
 
 // Timestamps for ListOffsets, as Kafka defines them.
@@ -71,17 +132,24 @@ const (
 	EarliestTimestamp = -2
 )
 
-// ListOffsets answers the earliest offset (log start), the latest (high
-// watermark) or the first committed offset whose timestamp is at or after
-// ts (-1 when none is).
+// ListOffsets is ListOffsetsIsolated with ReadUncommitted.
 func (r *Replica) ListOffsets(ts int64) (offset, timestamp, epoch int64, err error) {
+	return r.ListOffsetsIsolated(ts, ReadUncommitted)
+}
+
+// ListOffsetsIsolated answers the earliest offset (log start), the latest
+// (the high watermark; read_committed the last stable offset) or the first
+// committed offset whose timestamp is at or after ts (-1 when none is;
+// read_committed, none at or past the last stable offset).
+func (r *Replica) ListOffsetsIsolated(ts int64, isolation IsolationLevel) (offset, timestamp, epoch int64, err error) {
 	term, err := r.readyTerm()
 	if err != nil {
 		return 0, 0, 0, err
 	}
+	end := r.upTo(r.log.EndOffset(), isolation)
 	switch ts {
 	case LatestTimestamp:
-		return r.log.EndOffset(), -1, int64(term), nil
+		return end, -1, int64(term), nil
 	case EarliestTimestamp:
 		return r.log.StartOffset(), -1, int64(term), nil
 	}
@@ -89,7 +157,7 @@ func (r *Replica) ListOffsets(ts int64) (offset, timestamp, epoch int64, err err
 		return 0, 0, 0, kerr.New(kerr.InvalidRequest, "timestamp %d: use -1 (latest), -2 (earliest) or milliseconds since the epoch", ts)
 	}
 	off, t, ok := r.log.OffsetForTimestamp(ts)
-	if !ok || off >= r.log.EndOffset() {
+	if !ok || off >= end {
 		return -1, -1, int64(term), nil
 	}
 	return off, t, int64(term), nil
@@ -114,6 +182,7 @@ type Status struct {
 	CommitIndex    uint64
 	AppliedIndex   uint64
 	HighWatermark  int64
+	LastStable     int64 // the last stable offset (LastStableOffset)
 	LogStart       int64
 	LogEnd         int64
 	ISR            []int32
@@ -141,7 +210,7 @@ func (r *Replica) Status() Status {
 	st := Status{
 		RaftState: r.raft.State().String(), Term: r.raft.CurrentTerm(), Leader: leader,
 		LastIndex: r.raft.LastIndex(), CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex(),
-		HighWatermark: r.log.EndOffset(), LogStart: r.log.StartOffset(), LogEnd: r.log.EndOffset(),
+		HighWatermark: r.log.EndOffset(), LastStable: r.LastStableOffset(), LogStart: r.log.StartOffset(), LogEnd: r.log.EndOffset(),
 		LastRaftInLog: r.log.LastRaftIndex(),
 	}
 	for _, s := range r.log.Segments() {

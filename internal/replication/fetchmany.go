@@ -21,20 +21,29 @@ type BatchFetch struct {
 	// asked for (it may begin below it).
 	Batches       []storage.StoredBatch
 	HighWatermark int64
-	LogStart      int64
+	// LastStable is the last stable offset (LastStableOffset) as the read
+	// saw it.
+	LastStable int64
+	// Aborted (read_committed only) are the aborted transactions among the
+	// batches returned (AbortedTxns from the offset to the end of the last
+	// batch), for Kafka's Fetch; nil read_uncommitted.
+	Aborted  []AbortedTxn
+	LogStart int64
 	// Term is the Raft term this replica leads in (Kafka's leader epoch).
 	Term uint64
 }
 
 // FetchBatches reads committed batches from offset on the ready leader,
-// never past the high watermark, without waiting: storage.Log.ReadBatches
+// never past the high watermark (read_committed: the last stable offset,
+// with the aborted transactions among them), control batches included as
+// stored, without waiting: storage.Log.ReadBatches
 // bounded by maxBytes (minOne: the first batch however large, KIP-74).
 // offset == high watermark gives no batches. Offsets below the log start or
 // above the high watermark are OFFSET_OUT_OF_RANGE carrying both bounds; a
 // replica that is not the ready leader answers NOT_LEADER_OR_FOLLOWER (with
 // the leader and term its Raft knows) or LEADER_NOT_AVAILABLE (just elected,
 // catching up). Safe for concurrent use; it does not block beyond disk reads.
-func (r *Replica) FetchBatches(offset int64, maxBytes int, minOne bool) (BatchFetch, error) {
+func (r *Replica) FetchBatches(offset int64, maxBytes int, minOne bool, isolation IsolationLevel) (BatchFetch, error) {
 	term, err := r.readyTerm()
 	if err != nil {
 		return BatchFetch{}, err
@@ -43,7 +52,11 @@ func (r *Replica) FetchBatches(offset int64, maxBytes int, minOne bool) (BatchFe
 	if offset < start || offset > hw {
 		return BatchFetch{}, kerr.OutOfRange(offset, start, hw)
 	}
-	bs, err := r.log.ReadBatches(offset, maxBytes, hw, minOne)
+	lso := r.LastStableOffset()
+	var bs []storage.StoredBatch
+	if upTo := r.upTo(hw, isolation); offset < upTo {
+		bs, err = r.log.ReadBatches(offset, maxBytes, upTo, minOne)
+	}
 	if errors.Is(err, storage.ErrOffsetOutOfRange) {
 		// Retention moved the start between the check and the read.
 		return BatchFetch{}, kerr.OutOfRange(offset, r.log.StartOffset(), hw)
@@ -51,7 +64,14 @@ func (r *Replica) FetchBatches(offset int64, maxBytes int, minOne bool) (BatchFe
 	if err != nil {
 		return BatchFetch{}, kerr.New(kerr.KafkaStorageError, "read %s-%d at %d: %v", r.cfg.Topic, r.cfg.Partition, offset, err)
 	}
-	return BatchFetch{Batches: bs, HighWatermark: hw, LogStart: start, Term: term}, nil
+	res := BatchFetch{Batches: bs, HighWatermark: hw, LastStable: min(lso, hw), LogStart: start, Term: term}
+	if isolation == ReadCommitted {
+		res.Aborted = []AbortedTxn{}
+		if len(bs) > 0 {
+			res.Aborted = r.AbortedTxns(offset, bs[len(bs)-1].NextOffset())
+		}
+	}
+	return res, nil
 }
 
 // Wakeup is what a long-poll over many replicas waits on. Take it with
@@ -62,8 +82,9 @@ type Wakeup struct {
 }
 
 // Watch returns the wake-up of replicas as of now: its Wait returns at the
-// first change after this call of any of them: an append or a move of the
-// log start (the FSM's change channel), a change of leadership, a storage
+// first change after this call of any of them: an append (a marker too, so
+// read_committed fetchers wake when the last stable offset moves) or a
+// move of the log start (the FSM's change channel), a change of leadership, a storage
 // failure (the leader state's signal, which also fires when followers
 // progress while acks=all requests wait: a spurious wake, the caller reads
 // again), or the replica closing. It does not block.

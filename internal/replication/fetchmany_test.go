@@ -37,7 +37,7 @@ func TestFetchBatchesOnTheLeader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	res, err := r.FetchBatches(3, 1<<20, true)
+	res, err := r.FetchBatches(3, 1<<20, true, ReadUncommitted)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,10 +47,10 @@ func TestFetchBatchesOnTheLeader(t *testing.T) {
 	if len(res.Batches) != 2 || res.Batches[0].BaseOffset != 2 || res.Batches[1].BaseOffset != 4 {
 		t.Fatalf("batches %+v, want those at 2 and 4", res.Batches)
 	}
-	if res, err = r.FetchBatches(6, 1<<20, true); err != nil || len(res.Batches) != 0 || res.HighWatermark != 6 {
+	if res, err = r.FetchBatches(6, 1<<20, true, ReadUncommitted); err != nil || len(res.Batches) != 0 || res.HighWatermark != 6 {
 		t.Fatalf("at the high watermark: %+v, %v", res, err)
 	}
-	_, err = r.FetchBatches(7, 1<<20, true)
+	_, err = r.FetchBatches(7, 1<<20, true, ReadUncommitted)
 	if ke, ok := kerr.As(err); !ok || ke.Code() != kerr.OffsetOutOfRange || ke.Detail.HighWatermark != 6 {
 		t.Fatalf("past the high watermark: %v", err)
 	}
@@ -114,7 +114,7 @@ func TestWatchEnds(t *testing.T) {
 	if !<-done {
 		t.Fatal("leadership lost: not woken")
 	}
-	if _, err := r.FetchBatches(0, 1<<20, true); err == nil {
+	if _, err := r.FetchBatches(0, 1<<20, true, ReadUncommitted); err == nil {
 		t.Fatal("FetchBatches served after the leader state was dropped")
 	}
 

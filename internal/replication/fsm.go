@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
 
@@ -31,8 +32,9 @@ type fsm struct {
 	// fails on demand (tests).
 	w      logWriter
 	logger *slog.Logger
-	// producers is the idempotent producers' state; FSM goroutine only
-	// (and Open, before Raft starts).
+	// producers is the idempotent and transactional producers' state
+	// (with the last stable offset and the aborted transactions); written
+	// on the FSM goroutine only (and Open, before Raft starts).
 	producers *producerState
 	// onApplied, if set, is told (on the FSM goroutine) after each batch
 	// entry how many records it appended (fewer than it carries for a
@@ -136,7 +138,15 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 			}
 			return applyResult{baseOffset: -1, err: err}
 		}
-		f.producers.prune(f.log.StartOffset())
+		if start := f.log.StartOffset(); f.producers.cutByStart(start) {
+			// Retention or DeleteRecords cut through a transaction: the
+			// state is what the batches kept say (a scan of their headers).
+			if err := f.producers.rebuild(f.log); err != nil {
+				return f.fail(l.Index, fmt.Errorf("rebuild producer state after the log start moved to %d: %w", start, err))
+			}
+		} else {
+			f.producers.prune(start)
+		}
 		if n > 0 {
 			f.logger.Info("retention deleted segments", "segments", n, "log_start", f.log.StartOffset())
 		}
@@ -147,9 +157,23 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 }
 
 // applyBatch applies one batch entry and says how many records it appended.
+// A control batch (a transaction marker, WriteMarker) is checked against the
+// producer's epoch only; a producer's batch against its epoch and
+// sequences.
 func (f *fsm) applyBatch(index uint64, b storage.Batch) (applyResult, int) {
 	p, count := b.Producer(), b.Count()
-	if p.ID >= 0 {
+	var marker *recordbatch.Marker
+	switch {
+	case b.Control():
+		mk, err := markerOf(b)
+		if err == nil {
+			err = f.producers.checkMarker(p)
+		}
+		if err != nil {
+			return applyResult{baseOffset: -1, err: err}, 0
+		}
+		marker = mk
+	case p.ID >= 0:
 		dupBase, dup, err := f.producers.check(p, count)
 		if err != nil || dup {
 			return applyResult{baseOffset: dupBase, duplicate: dup, err: err}, 0
@@ -165,7 +189,7 @@ func (f *fsm) applyBatch(index uint64, b storage.Batch) (applyResult, int) {
 		}
 		return applyResult{baseOffset: -1, err: err}, 0
 	}
-	f.producers.record(p, count, base)
+	f.producers.record(storage.BatchMeta{BaseOffset: base, Count: count, Producer: p, Attributes: b.Attributes()}, marker, base+int64(count))
 	f.wake()
 	return applyResult{baseOffset: base}, count
 }

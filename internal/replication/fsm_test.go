@@ -22,22 +22,28 @@ func batchEntry(index uint64, values ...string) *raft.Log {
 	return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: encodeBatchCmd(0, storage.EncodeBatch(recs))}
 }
 
+// openFSM opens the partition log in dir (segments of segmentBytes) and
+// a state machine over it; the caller closes the log.
+func openFSM(t *testing.T, dir string, segmentBytes int64) (*storage.Log, *fsm) {
+	t.Helper()
+	l, err := storage.Open(dir, storage.Config{SegmentBytes: segmentBytes}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := newFSM(l, quietLogger())
+	if err != nil {
+		l.Close()
+		t.Fatal(err)
+	}
+	return l, f
+}
+
 // TestFSMReplayIsIdempotent: Raft re-applies every entry after its last
 // snapshot when a broker restarts. Re-applying entries the log already holds
 // must change nothing; entries past it must append at the right offsets.
 func TestFSMReplayIsIdempotent(t *testing.T) {
 	dir := t.TempDir()
-	open := func() (*storage.Log, *fsm) {
-		l, err := storage.Open(dir, storage.Config{SegmentBytes: 1024}, quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := newFSM(l, quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l, f
-	}
+	open := func() (*storage.Log, *fsm) { return openFSM(t, dir, 1024) }
 	var entries []*raft.Log
 	for i := uint64(1); i <= 30; i++ {
 		entries = append(entries, batchEntry(i, fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)))

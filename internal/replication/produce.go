@@ -169,7 +169,9 @@ func (r *Replica) Propose(ctx context.Context, acks int, b storage.Batch) (Produ
 		enqueue = time.Until(d)
 	}
 	p := b.Producer()
-	if p.ID >= 0 {
+	// A marker (control batch) has no sequence: it never waits its turn.
+	sequenced := p.ID >= 0 && !b.Control()
+	if sequenced {
 		r.seq.waitTurn(ctx, term, p, r.fsm.producers.position)
 	}
 	cmd := encodeBatchCmd(id, b)
@@ -177,7 +179,7 @@ func (r *Replica) Propose(ctx context.Context, acks int, b storage.Batch) (Produ
 	// on the entry's own copy, so that every replica stores the same bytes.
 	storage.Batch(cmd[batchCmdHeader:]).SetLeaderEpoch(LeaderEpoch(term))
 	future := r.raft.Apply(cmd, enqueue)
-	if p.ID >= 0 {
+	if sequenced {
 		r.seq.proposed(term, p, b.Count())
 	}
 	res := ProduceResult{BaseOffset: -1, LogStart: r.log.StartOffset(), Epoch: int64(term)}

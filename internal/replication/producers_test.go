@@ -54,14 +54,7 @@ func TestIdempotentProducerState(t *testing.T) {
 
 func testIdempotentProducerState(t *testing.T, kafka func(index uint64) bool) {
 	dir := t.TempDir()
-	l, err := storage.Open(dir, storage.Config{SegmentBytes: 1024}, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := newFSM(l, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, f := openFSM(t, dir, 1024)
 	idx := uint64(0)
 	apply := func(f *fsm, p storage.ProducerInfo, n int) applyResult {
 		idx++
@@ -98,15 +91,8 @@ func testIdempotentProducerState(t *testing.T, kafka func(index uint64) bool) {
 	checks(f, "live")
 	l.Close()
 
-	l, err = storage.Open(dir, storage.Config{SegmentBytes: 1024}, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, g := openFSM(t, dir, 1024)
 	defer l.Close()
-	g, err := newFSM(l, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
 	checks(g, "rebuilt from the log")
 
 	// A new epoch starts at 0; the old epoch is then fenced.
@@ -134,15 +120,8 @@ func testIdempotentProducerState(t *testing.T, kafka func(index uint64) bool) {
 // agree (every replica must decide the same).
 func TestProducerStatePrunedWithRetention(t *testing.T) {
 	dir := t.TempDir()
-	l, err := storage.Open(dir, storage.Config{SegmentBytes: 1024}, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, f := openFSM(t, dir, 1024)
 	defer l.Close()
-	f, err := newFSM(l, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
 	idx := uint64(0)
 	for i := int32(0); i < 40; i++ {
 		idx++

@@ -56,6 +56,30 @@ func (b Batch) Kafka() (batch []byte, ok bool) {
 	return b[batchVersionAt+1:], true
 }
 
+// Attributes is a Kafka batch's attributes field (transactional: bit 4,
+// control: bit 5), read from the header; 0 for versions 1 and 2, which
+// are never transactional.
+func (b Batch) Attributes() int16 {
+	if kb, ok := b.Kafka(); ok {
+		return recordbatch.Attributes(kb)
+	}
+	return 0
+}
+
+// Transactional reports a transactional producer's batch or a control
+// batch (attributes bit 4).
+func (b Batch) Transactional() bool {
+	kb, ok := b.Kafka()
+	return ok && recordbatch.IsTransactional(kb)
+}
+
+// Control reports a control batch (a transaction marker, attributes bit 5):
+// not data; readers of records skip it.
+func (b Batch) Control() bool {
+	kb, ok := b.Kafka()
+	return ok && recordbatch.IsControl(kb)
+}
+
 // SetLeaderEpoch writes the partition leader epoch into a Kafka batch in
 // place (the leader, before it proposes the batch); batches of versions 1
 // and 2 have none and are left as they are.

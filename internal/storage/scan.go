@@ -13,6 +13,9 @@ type BatchMeta struct {
 	RaftIndex    uint64 // index of the Raft entry that carried the batch
 	MaxTimestamp int64  // largest record timestamp
 	Producer     ProducerInfo
+	// Attributes are a Kafka batch's (storage version 3): transactional
+	// (bit 4), control (bit 5); 0 for versions 1 and 2.
+	Attributes int16
 }
 
 // LastOffset is the offset of the batch's last record.
@@ -138,5 +141,6 @@ func (p preamble) meta() BatchMeta {
 		RaftIndex:    p.raftIndex,
 		MaxTimestamp: p.batch.MaxTimestamp(),
 		Producer:     p.batch.Producer(),
+		Attributes:   p.batch.Attributes(),
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -512,7 +513,11 @@ func TestKafkaProduceRefusesBadBatches(t *testing.T) {
 	wrongCRC := bytes.Clone(good)
 	wrongCRC[len(wrongCRC)-1] ^= 0xff
 	magic := func(m byte) []byte { b := bytes.Clone(good); b[16] = m; return b }
+	// A transactional batch is accepted (issue 13), but not without a
+	// producer id.
 	transactional := kafkaBatch(t, 0x10)
+	binary.BigEndian.PutUint64(transactional[43:], math.MaxUint64) // producer id -1
+	binary.BigEndian.PutUint32(transactional[17:], crc32.Checksum(transactional[21:], crc32.MakeTable(crc32.Castagnoli)))
 	big := kafkaBatchOf(t, 0, bytes.Repeat([]byte("x"), 100))
 	for _, tc := range []struct {
 		name    string
@@ -525,7 +530,7 @@ func TestKafkaProduceRefusesBadBatches(t *testing.T) {
 		{"magic 1 at v9", "bad", 9, magic(1), fkerr.InvalidRecord},
 		{"magic 0 at v3", "bad", 3, magic(0), fkerr.InvalidRecord},
 		{"magic 1 at v2", "bad", 2, magic(1), fkerr.InvalidRecord},
-		{"transactional batch", "bad", 9, transactional, fkerr.InvalidRecord},
+		{"transactional batch without a producer id", "bad", 9, transactional, fkerr.InvalidRecord},
 		{"unknown topic", "nope", 9, good, fkerr.UnknownTopicOrPartition},
 		{"over max.message.bytes", "small", 9, big, fkerr.MessageTooLarge},
 		{"good", "bad", 9, good, nil},

@@ -1096,9 +1096,16 @@ type FetchRequest struct {
 	// returned when one is available, whatever its size.
 	MaxBytes int32 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	// Long poll: wait up to this long for records at offset.
-	MaxWaitMs     int32 `protobuf:"varint,5,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxWaitMs int32 `protobuf:"varint,5,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	// Which records are read, with Kafka's isolation.level values: 0
+	// read_uncommitted (the default: up to the high watermark, records of
+	// open and aborted transactions included), 1 read_committed (below the
+	// last stable offset only, records of aborted transactions dropped);
+	// any other value is INVALID_REQUEST. Control records (transaction
+	// markers) are never returned.
+	IsolationLevel int32 `protobuf:"varint,6,opt,name=isolation_level,json=isolationLevel,proto3" json:"isolation_level,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *FetchRequest) Reset() {
@@ -1166,14 +1173,28 @@ func (x *FetchRequest) GetMaxWaitMs() int32 {
 	return 0
 }
 
+func (x *FetchRequest) GetIsolationLevel() int32 {
+	if x != nil {
+		return x.IsolationLevel
+	}
+	return 0
+}
+
 type FetchResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Records        []*Record              `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
 	HighWatermark  int64                  `protobuf:"varint,2,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
 	LogStartOffset int64                  `protobuf:"varint,3,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
 	LeaderEpoch    int64                  `protobuf:"varint,4,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The first offset of the oldest open transaction, or the high
+	// watermark when none is open.
+	LastStableOffset int64 `protobuf:"varint,5,opt,name=last_stable_offset,json=lastStableOffset,proto3" json:"last_stable_offset,omitempty"`
+	// Where the next fetch begins: after the last batch read, past control
+	// records and aborted records skipped (so it may be beyond the last
+	// record returned, or beyond offset with no record returned).
+	NextOffset    int64 `protobuf:"varint,6,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FetchResponse) Reset() {
@@ -1230,6 +1251,20 @@ func (x *FetchResponse) GetLogStartOffset() int64 {
 func (x *FetchResponse) GetLeaderEpoch() int64 {
 	if x != nil {
 		return x.LeaderEpoch
+	}
+	return 0
+}
+
+func (x *FetchResponse) GetLastStableOffset() int64 {
+	if x != nil {
+		return x.LastStableOffset
+	}
+	return 0
+}
+
+func (x *FetchResponse) GetNextOffset() int64 {
+	if x != nil {
+		return x.NextOffset
 	}
 	return 0
 }
@@ -1844,18 +1879,22 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"baseOffset\x12(\n" +
 	"\x10log_start_offset\x18\x02 \x01(\x03R\x0elogStartOffset\x12!\n" +
 	"\fleader_epoch\x18\x03 \x01(\x03R\vleaderEpoch\x12\x1c\n" +
-	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\x97\x01\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\xc0\x01\n" +
 	"\fFetchRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x1b\n" +
 	"\tmax_bytes\x18\x04 \x01(\x05R\bmaxBytes\x12\x1e\n" +
-	"\vmax_wait_ms\x18\x05 \x01(\x05R\tmaxWaitMs\"\xaf\x01\n" +
+	"\vmax_wait_ms\x18\x05 \x01(\x05R\tmaxWaitMs\x12'\n" +
+	"\x0fisolation_level\x18\x06 \x01(\x05R\x0eisolationLevel\"\xfe\x01\n" +
 	"\rFetchResponse\x12*\n" +
 	"\arecords\x18\x01 \x03(\v2\x10.tapes.v1.RecordR\arecords\x12%\n" +
 	"\x0ehigh_watermark\x18\x02 \x01(\x03R\rhighWatermark\x12(\n" +
 	"\x10log_start_offset\x18\x03 \x01(\x03R\x0elogStartOffset\x12!\n" +
-	"\fleader_epoch\x18\x04 \x01(\x03R\vleaderEpoch\"k\n" +
+	"\fleader_epoch\x18\x04 \x01(\x03R\vleaderEpoch\x12,\n" +
+	"\x12last_stable_offset\x18\x05 \x01(\x03R\x10lastStableOffset\x12\x1f\n" +
+	"\vnext_offset\x18\x06 \x01(\x03R\n" +
+	"nextOffset\"k\n" +
 	"\x12ListOffsetsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12!\n" +
