@@ -276,12 +276,11 @@ func (r *partitionReader) run(ctx context.Context, out chan<- fetched, stopped <
 			return err
 		}
 		var recs []*tapesv1.Record
-		next := r.offset
+		next := client.NextOffset(resp, r.offset)
 		for _, rec := range resp.GetRecords() {
 			if rec.GetOffset() < r.offset {
 				continue // a batch may start before the offset asked for
 			}
-			next = rec.GetOffset() + 1
 			if r.end >= 0 && rec.GetOffset() >= r.end {
 				continue
 			}

@@ -56,13 +56,12 @@ func readPartition(ctx context.Context, cl *client.Client, topic string, p int32
 		if err != nil {
 			return nil, 0, fmt.Errorf("fetch at offset %d: %w", off, err)
 		}
-		next := off
+		next := client.NextOffset(resp, off)
 		for _, r := range resp.GetRecords() {
 			if r.GetOffset() < off || r.GetOffset() >= end {
 				continue // a batch may start before off; end is the snapshot
 			}
 			recs = append(recs, logRecord(r))
-			next = r.GetOffset() + 1
 		}
 		if next == off {
 			return nil, 0, fmt.Errorf("fetch at offset %d returned nothing below the high watermark %d", off, end)

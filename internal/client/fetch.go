@@ -50,3 +50,18 @@ func (c *Client) ListOffsets(ctx context.Context, topic string, partition int32,
 	}
 	return resp, nil
 }
+
+// NextOffset is where the fetch after resp, which asked for offset from,
+// begins: the broker's next_offset (past the last batch read, control
+// records and skipped aborted records included), else after the last
+// record returned, never before from. Every reader of the log takes its
+// next position from here, so a transaction marker (a control record,
+// never returned as a record) at the end of a partition does not stop a
+// read that goes to the high watermark.
+func NextOffset(resp *tapesv1.FetchResponse, from int64) int64 {
+	next := max(from, resp.GetNextOffset())
+	if rs := resp.GetRecords(); len(rs) > 0 {
+		next = max(next, rs[len(rs)-1].GetOffset()+1)
+	}
+	return next
+}

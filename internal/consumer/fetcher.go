@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tapes-dev/tapes/internal/client"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
@@ -134,13 +135,15 @@ func (f *fetcher) run(ctx context.Context, pos int64) {
 			}
 			continue
 		}
+		next := client.NextOffset(resp, pos)
 		if len(resp.Records) == 0 {
+			pos = next // past a control record (a transaction marker), if any
 			continue
 		}
 		f.mu.Lock()
 		f.buf = append(f.buf, resp.Records...)
 		f.mu.Unlock()
-		pos = resp.Records[len(resp.Records)-1].Offset + 1
+		pos = next
 		select {
 		case c.wake <- struct{}{}:
 		default:

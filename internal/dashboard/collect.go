@@ -408,16 +408,16 @@ func (c *collector) readRange(ctx context.Context, tp partKey, from, to int64) (
 		if err != nil {
 			return recs, reached, err
 		}
-		n := len(recs)
+		next := min(client.NextOffset(resp, reached), max(to, reached))
 		for _, r := range resp.GetRecords() {
 			if r.GetOffset() >= reached && r.GetOffset() < to {
 				recs = append(recs, r)
-				reached = r.GetOffset() + 1
 			}
 		}
-		if len(recs) == n {
+		if next == reached {
 			break // nothing more to read
 		}
+		reached = next
 	}
 	return recs, reached, nil
 }

@@ -110,11 +110,10 @@ func (e *Env) readAll(ctx context.Context, topic string, p int32) ([]*tapesv1.Re
 		if err != nil {
 			return nil, fmt.Errorf("read %s-%d at %d: %w", topic, p, off, err)
 		}
-		next := off
+		next := client.NextOffset(resp, off)
 		for _, r := range resp.GetRecords() {
 			if r.GetOffset() >= off && r.GetOffset() < hi.GetOffset() {
 				out = append(out, r)
-				next = r.GetOffset() + 1
 			}
 		}
 		if next == off {

@@ -211,11 +211,12 @@ func (e *Env) ReadAll(topic string, p int32) []*tapesv1.Record {
 				e.T.Fatalf("fetch returned offset %d at or past the high watermark %d", r.Offset, resp.HighWatermark)
 			}
 		}
-		if len(resp.Records) == 0 {
+		next := client.NextOffset(resp, off)
+		if next == off {
 			e.T.Fatalf("fetch at %d below end %d returned nothing", off, end.Offset)
 		}
 		out = append(out, resp.Records...)
-		off = resp.Records[len(resp.Records)-1].Offset + 1
+		off = next
 	}
 	return out
 }
