@@ -71,6 +71,15 @@ const (
 	FetchSessionIDNotFound Code = "FETCH_SESSION_ID_NOT_FOUND"
 	// A partition reassignment (cluster topics reassign) is already under way.
 	ReassignmentInProgress Code = "REASSIGNMENT_IN_PROGRESS"
+	// The transaction coordinator (internal/txn).
+	InvalidTxnState              Code = "INVALID_TXN_STATE"
+	InvalidProducerIDMapping     Code = "INVALID_PRODUCER_ID_MAPPING"
+	InvalidTransactionTimeout    Code = "INVALID_TRANSACTION_TIMEOUT"
+	ConcurrentTransactions       Code = "CONCURRENT_TRANSACTIONS"
+	TransactionCoordinatorFenced Code = "TRANSACTION_COORDINATOR_FENCED"
+	OperationNotAttempted        Code = "OPERATION_NOT_ATTEMPTED"
+	ProducerFenced               Code = "PRODUCER_FENCED"
+	TransactionalIDNotFound      Code = "TRANSACTIONAL_ID_NOT_FOUND"
 )
 
 // retriable lists the codes for which Kafka's client retries the same request
@@ -92,6 +101,7 @@ var retriable = map[Code]bool{
 	FencedLeaderEpoch:            true,
 	UnknownLeaderEpoch:           true,
 	FetchSessionIDNotFound:       true,
+	ConcurrentTransactions:       true,
 }
 
 // Retriable reports whether a request that failed with c may succeed if sent again.
@@ -101,7 +111,7 @@ func (c Code) Retriable() bool { return retriable[c] }
 // rely on it (they read the detail); it keeps generic gRPC tools meaningful.
 func (c Code) grpcCode() codes.Code {
 	switch c {
-	case UnknownTopicOrPartition, UnknownTopicID, UnknownMemberID, UnknownProducerID, GroupIDNotFound:
+	case UnknownTopicOrPartition, UnknownTopicID, UnknownMemberID, UnknownProducerID, GroupIDNotFound, TransactionalIDNotFound:
 		return codes.NotFound
 	case TopicAlreadyExists:
 		return codes.AlreadyExists
@@ -110,7 +120,7 @@ func (c Code) grpcCode() codes.Code {
 	case RecordTooLarge, InvalidTopic, InvalidRequiredAcks, InvalidPartitions,
 		InvalidReplicationFactor, InvalidConfig, InvalidRequest, CorruptMessage, MemberIDRequired,
 		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID, InvalidRecord, UnsupportedCompressionType,
-		PolicyViolation, InvalidReplicaAssignment, UnsupportedVersion:
+		PolicyViolation, InvalidReplicaAssignment, UnsupportedVersion, InvalidTransactionTimeout:
 		return codes.InvalidArgument
 	case RequestTimedOut:
 		return codes.DeadlineExceeded
@@ -118,7 +128,8 @@ func (c Code) grpcCode() codes.Code {
 		return codes.Unavailable
 	case NotLeaderOrFollower, NotController, NotCoordinator, IllegalGeneration,
 		RebalanceInProgress, NotEnoughReplicasAfterAppend, OutOfOrderSequenceNumber, InvalidProducerEpoch, NonEmptyGroup,
-		FencedLeaderEpoch, UnknownLeaderEpoch, FetchSessionIDNotFound, ReassignmentInProgress:
+		FencedLeaderEpoch, UnknownLeaderEpoch, FetchSessionIDNotFound, ReassignmentInProgress,
+		InvalidTxnState, InvalidProducerIDMapping, ConcurrentTransactions, TransactionCoordinatorFenced, OperationNotAttempted, ProducerFenced:
 		return codes.FailedPrecondition
 	}
 	return codes.Internal
