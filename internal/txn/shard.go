@@ -141,7 +141,11 @@ func (s *shard) load() {
 	s.c.log.Info("transaction coordinator loaded", "partition", s.p, "epoch", s.term, "transactional_ids", ids,
 		"records", n, "prepared", len(prepared), "took", time.Since(start).Round(time.Millisecond))
 	for _, id := range prepared {
-		go s.complete(id)
+		go func() {
+			if s.complete(id) {
+				s.c.log.Info("finished a transaction prepared before this coordinator", "transactional_id", id, "partition", s.p, "epoch", s.term)
+			}
+		}()
 	}
 }
 
@@ -492,13 +496,13 @@ func (s *shard) abortTimedOut(now time.Time) {
 // complete finishes id's prepared transaction: its markers written on
 // every partition, then CompleteCommit or CompleteAbort. It runs on its own
 // goroutine until done or the shard closes (the next coordinator then
-// finishes it).
-func (s *shard) complete(id string) {
+// finishes it), and reports whether it completed the transaction.
+func (s *shard) complete(id string) bool {
 	s.mu.Lock()
 	t := s.txns[id]
 	if t == nil || (t.v.State != PrepareCommit && t.v.State != PrepareAbort) {
 		s.mu.Unlock()
-		return
+		return false
 	}
 	v := t.v
 	s.mu.Unlock()
@@ -510,7 +514,7 @@ func (s *shard) complete(id string) {
 	start := time.Now()
 	if err := s.writeMarkers(ctx, id, m); err != nil {
 		s.c.log.Warn("transaction markers not written", "transactional_id", id, "state", v.State, "err", err)
-		return
+		return false
 	}
 	next := v
 	next.State, next.Partitions, next.StartMs, next.UpdateMs = CompleteAbort, nil, -1, millis(s.c.cfg.Now())
@@ -520,7 +524,7 @@ func (s *shard) complete(id string) {
 	s.mu.Lock()
 	if s.txns[id] != t || t.pending || t.v.State != v.State {
 		s.mu.Unlock()
-		return // cannot happen while Prepare* refuses every change
+		return false // cannot happen while Prepare* refuses every change
 	}
 	t.pending = true
 	s.mu.Unlock()
@@ -536,7 +540,7 @@ func (s *shard) complete(id string) {
 		}
 		s.c.log.Warn("could not complete a transaction", "transactional_id", id, "state", next.State, "err", err)
 		if kerr.Is(err, kerr.NotCoordinator) || s.isStale() || bo.Wait(ctx) != nil {
-			return
+			return false
 		}
 		s.mu.Lock()
 		t.pending = true
@@ -544,6 +548,7 @@ func (s *shard) complete(id string) {
 	}
 	s.c.log.Info("transaction completed", "transactional_id", id, "producer_id", v.ProducerID, "epoch", v.ProducerEpoch,
 		"state", next.State, "partitions", len(v.Partitions), "markers_took", time.Since(start).Round(time.Millisecond))
+	return true
 }
 
 // writeMarkers writes m on every partition, retrying those that failed
