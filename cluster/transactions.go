@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -38,6 +39,31 @@ func init() {
 
 // errNoKafkaListener: no live broker of the cluster serves Kafka's protocol.
 var errNoKafkaListener = errors.New("no live broker has a Kafka listener (brokerd --kafka-listen)")
+
+// parseNoArgs parses the flags of command name, which takes no
+// positional arguments.
+func parseNoArgs(fs *flag.FlagSet, args []string, name string) error {
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return fmt.Errorf("%w: %s takes no arguments, got %q", errUsage, name, pos)
+	}
+	return nil
+}
+
+// session returns ctx bounded by t's --timeout and a kadm client over the
+// Kafka listeners of the cluster t names; done releases both.
+func (c *txnCommand) session(ctx context.Context, t *clusterTarget) (context.Context, *kadm.Client, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	adm, kc, err := c.kadmClient(ctx, t)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, adm, func() { kc.Close(); cancel() }, nil
+}
 
 // kadmClient returns a kadm client over the Kafka listeners of the
 // cluster t names; the caller closes the kgo client.
@@ -79,12 +105,8 @@ func (c *txnCommand) list(ctx context.Context, args []string) error {
 	t.addFlags(fs)
 	var states string
 	fs.StringVar(&states, "state", "", "comma-separated `states` to list (default: all)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args, "list-transactions"); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return fmt.Errorf("%w: list-transactions takes no arguments, got %q", errUsage, pos)
 	}
 	var filter []string
 	for _, s := range strings.Split(states, ",") {
@@ -92,13 +114,11 @@ func (c *txnCommand) list(ctx context.Context, args []string) error {
 			filter = append(filter, s)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	adm, kc, err := c.kadmClient(ctx, &t)
+	ctx, adm, done, err := c.session(ctx, &t)
 	if err != nil {
 		return err
 	}
-	defer kc.Close()
+	defer done()
 	listed, listErr := adm.ListTransactions(ctx, nil, filter)
 	if listErr != nil && len(listed) == 0 {
 		return listErr
@@ -127,23 +147,17 @@ func (c *txnCommand) describe(ctx context.Context, args []string) error {
 	t.addFlags(fs)
 	var id string
 	fs.StringVar(&id, "transactional-id", "", "the transactional `id` to describe (required)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args, "describe-transactions"); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return fmt.Errorf("%w: describe-transactions takes no arguments, got %q", errUsage, pos)
 	}
 	if id == "" {
 		return fmt.Errorf("%w: --transactional-id is required", errUsage)
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	adm, kc, err := c.kadmClient(ctx, &t)
+	ctx, adm, done, err := c.session(ctx, &t)
 	if err != nil {
 		return err
 	}
-	defer kc.Close()
+	defer done()
 	ds, err := adm.DescribeTransactions(ctx, id)
 	d, ok := ds[id]
 	switch {

@@ -217,17 +217,11 @@ func (b *Broker) kafkaDescribeTransactions(_ context.Context, r *kafkawire.Reque
 		}
 		st.State, st.TimeoutMillis, st.StartTimestamp = string(d.State), d.TimeoutMs, d.StartMs
 		st.ProducerID, st.ProducerEpoch = d.ProducerID, d.ProducerEpoch
-		byTopic := map[string]int{}
-		for _, tp := range d.Partitions {
-			i, ok := byTopic[tp.Topic]
-			if !ok {
-				i = len(st.Topics)
-				byTopic[tp.Topic] = i
-				t := kmsg.NewDescribeTransactionsResponseTransactionStateTopic()
-				t.Topic = tp.Topic
-				st.Topics = append(st.Topics, t)
-			}
-			st.Topics[i].Partitions = append(st.Topics[i].Partitions, tp.Partition)
+		topics, parts := byTopic(d.Partitions)
+		for _, topic := range topics {
+			t := kmsg.NewDescribeTransactionsResponseTransactionStateTopic()
+			t.Topic, t.Partitions = topic, parts[topic]
+			st.Topics = append(st.Topics, t)
 		}
 		resp.TransactionStates = append(resp.TransactionStates, st)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/txn"
@@ -65,29 +66,51 @@ func (m markersOf) WriteMarkers(ctx context.Context, mk txn.Marker) []error {
 
 // txnPartitions is the partition count of __transaction_state, 0 while it
 // does not exist.
-func (b *Broker) txnPartitions() int32 {
+func (b *Broker) txnPartitions() int32 { return b.topicPartitionCount(txn.StateTopic) }
+
+// txnLog returns this broker's replica of __transaction_state-p as a
+// txn.Log (the adapter __consumer_offsets uses), nil when it hosts none.
+func (b *Broker) txnLog(p int32) txn.Log { return b.localLog(txn.StateTopic, p) }
+
+// topicPartitionCount is the partition count of an internal topic, 0 while
+// it does not exist.
+func (b *Broker) topicPartitionCount(topic string) int32 {
 	var n int32
 	b.meta.View(func(s *metadata.State) {
-		if t := s.Topics[txn.StateTopic]; t != nil {
+		if t := s.Topics[topic]; t != nil {
 			n = int32(len(t.Partitions))
 		}
 	})
 	return n
 }
 
-// txnLog returns this broker's replica of __transaction_state-p as a
-// txn.Log (the adapter __consumer_offsets uses), nil when it hosts none.
-func (b *Broker) txnLog(p int32) txn.Log {
+// localLog returns this broker's replica of an internal topic's partition p
+// as the coordinators' Log (offsetsLog), nil when it hosts none.
+func (b *Broker) localLog(topic string, p int32) group.Log {
 	var id metadata.TopicID
 	b.meta.View(func(s *metadata.State) {
-		if t := s.Topics[txn.StateTopic]; t != nil {
+		if t := s.Topics[topic]; t != nil {
 			id = t.ID
 		}
 	})
-	if r := b.replica(txn.StateTopic, id, p); r != nil {
+	if r := b.replica(topic, id, p); r != nil {
 		return offsetsLog{r}
 	}
 	return nil
+}
+
+// byTopic returns the topics of parts in order of first appearance and each
+// topic's partitions in order (the shape of Kafka's topic lists).
+func byTopic(parts []txn.TopicPartition) ([]string, map[string][]int32) {
+	var topics []string
+	of := map[string][]int32{}
+	for _, tp := range parts {
+		if _, ok := of[tp.Topic]; !ok {
+			topics = append(topics, tp.Topic)
+		}
+		of[tp.Topic] = append(of[tp.Topic], tp.Partition)
+	}
+	return topics, of
 }
 
 // ensureTxnTopic creates __transaction_state through the controller (Kafka
@@ -219,18 +242,15 @@ func (k *kafkaMarkers) writeAt(ctx context.Context, leader metadata.BrokerID, m 
 	req.Version = txnMarkersVersion
 	mk := kmsg.NewWriteTxnMarkersRequestMarker()
 	mk.ProducerID, mk.ProducerEpoch, mk.Committed, mk.CoordinatorEpoch = m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch
-	topics := map[string]int{}
-	for _, i := range idx {
-		tp := m.Partitions[i]
-		j, ok := topics[tp.Topic]
-		if !ok {
-			j = len(mk.Topics)
-			topics[tp.Topic] = j
-			t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
-			t.Topic = tp.Topic
-			mk.Topics = append(mk.Topics, t)
-		}
-		mk.Topics[j].Partitions = append(mk.Topics[j].Partitions, tp.Partition)
+	sub := make([]txn.TopicPartition, len(idx))
+	for j, i := range idx {
+		sub[j] = m.Partitions[i]
+	}
+	topics, parts := byTopic(sub)
+	for _, topic := range topics {
+		t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
+		t.Topic, t.Partitions = topic, parts[topic]
+		mk.Topics = append(mk.Topics, t)
 	}
 	req.Markers = []kmsg.WriteTxnMarkersRequestMarker{mk}
 	ctx, cancel := context.WithTimeout(ctx, txnMarkersTimeout)

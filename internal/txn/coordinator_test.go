@@ -170,6 +170,22 @@ func (e *env) mustInit(id string) (int64, int16) {
 	return pid, epoch
 }
 
+// add adds parts to id's transaction and fails the test on an error.
+func (e *env) add(id string, pid int64, epoch int16, parts ...TopicPartition) {
+	e.t.Helper()
+	if err := e.c.AddPartitions(context.Background(), id, pid, epoch, parts); err != nil {
+		e.t.Fatalf("AddPartitions %s %v: %v", id, parts, err)
+	}
+}
+
+// end ends id's transaction and fails the test on an error.
+func (e *env) end(id string, pid int64, epoch int16, commit bool) {
+	e.t.Helper()
+	if err := e.c.EndTxn(context.Background(), id, pid, epoch, commit); err != nil {
+		e.t.Fatalf("EndTxn %s commit=%v: %v", id, commit, err)
+	}
+}
+
 func (e *env) state(id string) Description {
 	e.t.Helper()
 	d, err := e.c.Describe(id)
@@ -246,22 +262,14 @@ func TestCommitAndAbort(t *testing.T) {
 		ctx := context.Background()
 		pid, epoch := e.mustInit("t")
 		wantErr(t, "EndTxn with no transaction", e.c.EndTxn(ctx, "t", pid, epoch, true), kerr.InvalidTxnState)
-		if err := e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders0}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders0, orders1}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders1}); err != nil {
-			t.Fatal(err)
-		}
+		e.add("t", pid, epoch, orders0)
+		e.add("t", pid, epoch, orders0, orders1)
+		e.add("t", pid, epoch, orders1)
 		d := e.state("t")
 		if d.State != Ongoing || !slices.Equal(d.Partitions, []TopicPartition{orders0, orders1}) || d.StartMs != time.Now().UnixMilli() {
 			t.Fatalf("ongoing: %+v", d)
 		}
-		if err := e.c.EndTxn(ctx, "t", pid, epoch, true); err != nil {
-			t.Fatal(err)
-		}
+		e.end("t", pid, epoch, true)
 		synctest.Wait()
 		if d := e.state("t"); d.State != CompleteCommit || len(d.Partitions) != 0 || d.StartMs != -1 {
 			t.Fatalf("after commit: %+v", d)
@@ -275,12 +283,8 @@ func TestCommitAndAbort(t *testing.T) {
 			t.Fatalf("a retried commit: %v", err)
 		}
 		wantErr(t, "abort after commit", e.c.EndTxn(ctx, "t", pid, epoch, false), kerr.InvalidTxnState)
-		if err := e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders1}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.c.EndTxn(ctx, "t", pid, epoch, false); err != nil {
-			t.Fatal(err)
-		}
+		e.add("t", pid, epoch, orders1)
+		e.end("t", pid, epoch, false)
 		synctest.Wait()
 		if d := e.state("t"); d.State != CompleteAbort {
 			t.Fatalf("after abort: %+v", d)
@@ -306,12 +310,8 @@ func TestConcurrentTransactions(t *testing.T) {
 		e := newEnv(t, log, mk)
 		ctx := context.Background()
 		pid, epoch := e.mustInit("t")
-		if err := e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders0}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.c.EndTxn(ctx, "t", pid, epoch, true); err != nil {
-			t.Fatal(err)
-		}
+		e.add("t", pid, epoch, orders0)
+		e.end("t", pid, epoch, true)
 		synctest.Wait()
 		if d := e.state("t"); d.State != PrepareCommit {
 			t.Fatalf("markers held: %+v", d)
@@ -344,9 +344,7 @@ func TestFencing(t *testing.T) {
 		e := newEnv(t, log, mk)
 		ctx := context.Background()
 		pid, epoch := e.mustInit("t")
-		if err := e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders0}); err != nil {
-			t.Fatal(err)
-		}
+		e.add("t", pid, epoch, orders0)
 		_, _, err := e.init("t", -1, -1)
 		wantErr(t, "the successor's first InitProducerId", err, kerr.ConcurrentTransactions)
 		synctest.Wait()
@@ -386,9 +384,7 @@ func TestTimeoutAbortsAndFences(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders0}); err != nil {
-			t.Fatal(err)
-		}
+		e.add("t", pid, epoch, orders0)
 		time.Sleep(9 * time.Second)
 		synctest.Wait()
 		if d := e.state("t"); d.State != Ongoing || len(mk.attempts()) != 0 {
@@ -425,14 +421,9 @@ func TestMarkerRetries(t *testing.T) {
 			return nil
 		}}
 		e := newEnv(t, &memLog{term: 1}, mk)
-		ctx := context.Background()
 		pid, epoch := e.mustInit("t")
-		if err := e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders0, orders1, gone}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.c.EndTxn(ctx, "t", pid, epoch, true); err != nil {
-			t.Fatal(err)
-		}
+		e.add("t", pid, epoch, orders0, orders1, gone)
+		e.end("t", pid, epoch, true)
 		synctest.Wait()
 		time.Sleep(time.Minute)
 		synctest.Wait()
@@ -459,19 +450,13 @@ func TestNewLeaderFinishesPrepareCommit(t *testing.T) {
 		e1 := newEnv(t, log1, unreachable)
 		ctx := context.Background()
 		pid, epoch := e1.mustInit("t")
-		if err := e1.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders0, orders1}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e1.c.EndTxn(ctx, "t", pid, epoch, true); err != nil {
-			t.Fatal(err)
-		}
+		e1.add("t", pid, epoch, orders0, orders1)
+		e1.end("t", pid, epoch, true)
 		opid, oepoch, err := e1.c.InitProducerID(ctx, InitRequest{TransactionalID: "open", TimeoutMs: 600_000, ProducerID: -1, ProducerEpoch: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e1.c.AddPartitions(ctx, "open", opid, oepoch, []TopicPartition{orders1}); err != nil {
-			t.Fatal(err)
-		}
+		e1.add("open", opid, oepoch, orders1)
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		if d := e1.state("t"); d.State != PrepareCommit {
@@ -521,12 +506,9 @@ func TestNewLeaderFinishesPrepareCommit(t *testing.T) {
 func TestDescribeAndList(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t, &memLog{term: 1}, &fakeMarkers{})
-		ctx := context.Background()
 		pa, ea := e.mustInit("a")
 		pb, _ := e.mustInit("b")
-		if err := e.c.AddPartitions(ctx, "a", pa, ea, []TopicPartition{orders0}); err != nil {
-			t.Fatal(err)
-		}
+		e.add("a", pa, ea, orders0)
 		_, err := e.c.Describe("nobody")
 		wantErr(t, "describe unknown", err, kerr.TransactionalIDNotFound)
 		time.Sleep(5 * time.Second)
