@@ -273,6 +273,9 @@ type InitRequest struct {
 // is not the current one). It blocks until the new state is committed or
 // ctx ends.
 func (c *Coordinator) InitProducerID(ctx context.Context, req InitRequest) (producerID int64, epoch int16, err error) {
+	if req.TransactionalID == "" {
+		return -1, -1, kerr.New(kerr.InvalidRequest, "transactional id is empty")
+	}
 	timeout := time.Duration(req.TimeoutMs) * time.Millisecond
 	if req.TimeoutMs <= 0 || timeout > c.cfg.MaxTimeout {
 		return -1, -1, kerr.New(kerr.InvalidTransactionTimeout, "transactional id %s: transaction timeout %d ms is outside (0, %d] ms (transaction.max.timeout.ms)",

@@ -238,8 +238,8 @@ func TestInitProducerID(t *testing.T) {
 		wantErr(t, "timeout above transaction.max.timeout.ms", err, kerr.InvalidTransactionTimeout)
 		_, _, err = e.c.InitProducerID(context.Background(), InitRequest{TransactionalID: "t3", TimeoutMs: 0, ProducerID: -1, ProducerEpoch: -1})
 		wantErr(t, "timeout 0", err, kerr.InvalidTransactionTimeout)
-		_, _, err = e.init("", -1, -1)
-		wantErr(t, "empty transactional id", err, kerr.InvalidRequest)
+		_, _, err = e.c.InitProducerID(context.Background(), InitRequest{TransactionalID: "", TimeoutMs: 0, ProducerID: -1, ProducerEpoch: -1})
+		wantErr(t, "empty transactional id (checked before the timeout, as Kafka)", err, kerr.InvalidRequest)
 		if len(log.recs) != before {
 			t.Fatalf("refused calls wrote %d records", len(log.recs)-before)
 		}
