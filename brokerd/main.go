@@ -92,6 +92,17 @@ func run(args []string) error {
 	fs.DurationVar(&def.Groups.MaxSessionTimeout, "group-max-session-timeout", def.Groups.MaxSessionTimeout, "longest session timeout a consumer may ask for (group.max.session.timeout.ms)")
 	fs.DurationVar(&def.Groups.InitialRebalanceDelay, "group-initial-rebalance-delay", def.Groups.InitialRebalanceDelay, "how long the first rebalance of an empty group waits for more members (group.initial.rebalance.delay.ms)")
 	fs.Int64Var(&def.Groups.OffsetsCompactAfter, "offsets-compact-after", def.Groups.OffsetsCompactAfter, "records a __consumer_offsets partition may hold before its coordinator rewrites the latest record of each key and moves the log start past the rest (0: never; Kafka runs its log cleaner instead)")
+	fs.Func("transaction-state-partitions", fmt.Sprintf("partitions of __transaction_state, created when the first transactional producer looks for its coordinator (default %d; Kafka's transaction.state.log.num.partitions)", def.Transactions.StateTopicPartitions), func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("want a positive integer, got %q", v)
+		}
+		def.Transactions.StateTopicPartitions = int32(n)
+		return nil
+	})
+	fs.IntVar(&def.Transactions.StateTopicReplicationFactor, "transaction-state-replication-factor", def.Transactions.StateTopicReplicationFactor, "replication factor of __transaction_state (capped at the number of brokers; min.insync.replicas 2 from 3 on)")
+	fs.DurationVar(&def.Transactions.MaxTimeout, "transaction-max-timeout", def.Transactions.MaxTimeout, "longest transaction.timeout.ms a producer may ask for (transaction.max.timeout.ms)")
+	fs.DurationVar(&def.Transactions.AbortTimedOutInterval, "transaction-abort-check-interval", def.Transactions.AbortTimedOutInterval, "how often the coordinator aborts transactions past their timeout (transaction.abort.timed.out.transaction.cleanup.interval.ms)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

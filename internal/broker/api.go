@@ -9,7 +9,6 @@ import (
 	"time"
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
-	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/recordbatch"
@@ -244,8 +243,8 @@ func (a *api) CreateTopics(ctx context.Context, req *tapesv1.CreateTopicsRequest
 // Kafka's CreateTopics): __consumer_offsets is refused, the brokers create
 // it themselves (ensureOffsetsTopic).
 func (a *api) createClientTopic(ctx context.Context, spec *tapesv1.TopicSpec, manual [][]metadata.BrokerID, validateOnly bool) error {
-	if spec.Name == group.OffsetsTopic {
-		return kerr.New(kerr.InvalidTopic, "%s is an internal topic: the brokers create it when the first consumer group looks for its coordinator", spec.Name)
+	if isInternalTopic(spec.Name) {
+		return kerr.New(kerr.InvalidTopic, "%s is an internal topic: the brokers create it when the first consumer group or transactional producer looks for its coordinator", spec.Name)
 	}
 	return a.createTopic(ctx, spec, manual, validateOnly)
 }
@@ -347,8 +346,8 @@ func (a *api) DeleteTopics(ctx context.Context, req *tapesv1.DeleteTopicsRequest
 	for _, name := range req.Names {
 		var err error
 		var res *metadata.Result
-		if name == group.OffsetsTopic {
-			err = kerr.New(kerr.InvalidTopic, "%s is an internal topic (committed offsets of every consumer group) and cannot be deleted", name)
+		if isInternalTopic(name) {
+			err = kerr.New(kerr.InvalidTopic, "%s is an internal topic (committed offsets, transaction state) and cannot be deleted", name)
 		} else if res, err = a.b.propose(ctx, &metadata.Command{Op: metadata.OpDeleteTopic, Name: name}); err == nil {
 			err = res.Err()
 		}
@@ -507,8 +506,8 @@ func (a *api) ListOffsets(ctx context.Context, req *tapesv1.ListOffsetsRequest) 
 // DeleteRecords moves a partition's log start forward on every replica.
 // __consumer_offsets is refused: its coordinator compacts it.
 func (a *api) DeleteRecords(ctx context.Context, req *tapesv1.DeleteRecordsRequest) (*tapesv1.DeleteRecordsResponse, error) {
-	if req.Topic == group.OffsetsTopic {
-		return nil, kerr.ToStatus(kerr.New(kerr.InvalidTopic, "%s is an internal topic (its coordinator compacts it); records cannot be deleted from it", req.Topic))
+	if isInternalTopic(req.Topic) {
+		return nil, kerr.ToStatus(kerr.New(kerr.InvalidTopic, "%s is an internal topic (its coordinator keeps it); records cannot be deleted from it", req.Topic))
 	}
 	r, err := a.leaderReplica(req.Topic, req.Partition)
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/raftlog"
 	"github.com/tapes-dev/tapes/internal/raftnet"
 	"github.com/tapes-dev/tapes/internal/replication"
+	"github.com/tapes-dev/tapes/internal/txn"
 )
 
 // controllerGroup is the Raft group name of the controller quorum.
@@ -91,6 +92,10 @@ type Broker struct {
 	reports *reporter
 	metrics *metrics
 	groups  *group.Coordinator
+	txns    *txn.Coordinator
+	// txnMarkers is what txns writes markers through (txn.go); guarded
+	// by mu.
+	txnMarkers txn.Markers
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -154,6 +159,10 @@ func New(cfg Config) (*Broker, error) {
 	if b.groups, err = b.newCoordinator(); err != nil {
 		mux.Close()
 		return nil, fmt.Errorf("group coordinator: %w", err)
+	}
+	if b.txns, err = b.newTxnCoordinator(); err != nil {
+		mux.Close()
+		return nil, fmt.Errorf("transaction coordinator: %w", err)
 	}
 	if b.raftLog, err = raftlog.Open(filepath.Join(cfg.DataDir, "raftlog"), raftlog.Options{Logger: b.log}); err != nil {
 		mux.Close()
@@ -234,12 +243,18 @@ func (b *Broker) openController() error {
 // Serve runs the broker on lis until Shutdown: the gRPC server, broker
 // registration, heartbeats, replica reconciliation and leader reports.
 func (b *Broker) Serve(lis net.Listener) error {
-	b.wg.Add(7)
+	b.wg.Add(8)
 	go func() {
 		defer b.wg.Done()
 		ctx, cancel := b.stopContext()
 		defer cancel()
 		b.groups.Run(ctx)
+	}()
+	go func() {
+		defer b.wg.Done()
+		ctx, cancel := b.stopContext()
+		defer cancel()
+		b.txns.Run(ctx)
 	}()
 	go b.watchPeers()
 	go b.observe()

@@ -62,6 +62,8 @@ type Config struct {
 
 	// Groups configures the consumer group coordinator.
 	Groups GroupConfig
+	// Transactions configures the transaction coordinator.
+	Transactions TxnConfig
 
 	Logger *slog.Logger
 }
@@ -85,6 +87,23 @@ type GroupConfig struct {
 	OffsetsCompactAfter int64
 }
 
+// TxnConfig configures the transaction coordinator and its internal topic,
+// __transaction_state (created on the first FindCoordinator of a
+// transactional id or InitProducerId with one).
+type TxnConfig struct {
+	// StateTopicPartitions is transaction.state.log.num.partitions.
+	StateTopicPartitions int32
+	// StateTopicReplicationFactor is
+	// transaction.state.log.replication.factor; the topic is created with
+	// min(this, brokers in the cluster).
+	StateTopicReplicationFactor int
+	// MaxTimeout is transaction.max.timeout.ms.
+	MaxTimeout time.Duration
+	// AbortTimedOutInterval is how often transactions are checked for
+	// their timeout (transaction.abort.timed.out.transaction.cleanup.interval.ms).
+	AbortTimedOutInterval time.Duration
+}
+
 // Configuration errors. ValidateConfig wraps one of them with the offending
 // value.
 var (
@@ -98,6 +117,7 @@ var (
 	ErrGroupConfig   = errors.New("invalid group coordinator config")
 	ErrBudget        = errors.New("invalid max partitions per broker")
 	ErrTopicDefaults = errors.New("invalid topic defaults")
+	ErrTxnConfig     = errors.New("invalid transaction coordinator config")
 )
 
 // DefaultMaxPartitionsPerBroker: measured on a 2-core machine, 300 replicas
@@ -140,6 +160,12 @@ func DefaultConfig() Config {
 			MinSessionTimeout:             500 * time.Millisecond,
 			MaxSessionTimeout:             30 * time.Minute,
 			OffsetsCompactAfter:           50_000,
+		},
+		Transactions: TxnConfig{
+			StateTopicPartitions:        6,
+			StateTopicReplicationFactor: 3,
+			MaxTimeout:                  15 * time.Minute,
+			AbortTimedOutInterval:       time.Second,
 		},
 	}
 }
@@ -209,6 +235,10 @@ func ValidateConfig(c *Config) error {
 		return fmt.Errorf("%w: initial rebalance delay %v", ErrGroupConfig, g.InitialRebalanceDelay)
 	case g.OffsetsCompactAfter < 0:
 		return fmt.Errorf("%w: offsets compact after %d records", ErrGroupConfig, g.OffsetsCompactAfter)
+	}
+	if x := c.Transactions; x.StateTopicPartitions <= 0 || x.StateTopicReplicationFactor <= 0 || x.MaxTimeout <= 0 || x.AbortTimedOutInterval <= 0 {
+		return fmt.Errorf("%w: state topic partitions %d, replication factor %d, max timeout %v, abort check interval %v (each positive)",
+			ErrTxnConfig, x.StateTopicPartitions, x.StateTopicReplicationFactor, x.MaxTimeout, x.AbortTimedOutInterval)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -37,30 +37,11 @@ func (b *Broker) newCoordinator() (*group.Coordinator, error) {
 
 // offsetsPartitions is the partition count of __consumer_offsets, 0 while it
 // does not exist.
-func (b *Broker) offsetsPartitions() int32 {
-	var n int32
-	b.meta.View(func(s *metadata.State) {
-		if t := s.Topics[group.OffsetsTopic]; t != nil {
-			n = int32(len(t.Partitions))
-		}
-	})
-	return n
-}
+func (b *Broker) offsetsPartitions() int32 { return b.topicPartitionCount(group.OffsetsTopic) }
 
 // offsetsLog returns this broker's replica of __consumer_offsets-p as a
 // group.Log, nil when it hosts none.
-func (b *Broker) offsetsLog(p int32) group.Log {
-	var id metadata.TopicID
-	b.meta.View(func(s *metadata.State) {
-		if t := s.Topics[group.OffsetsTopic]; t != nil {
-			id = t.ID
-		}
-	})
-	if r := b.replica(group.OffsetsTopic, id, p); r != nil {
-		return offsetsLog{r}
-	}
-	return nil
-}
+func (b *Broker) offsetsLog(p int32) group.Log { return b.localLog(group.OffsetsTopic, p) }
 
 // offsetsLog adapts a replica of __consumer_offsets to group.Log.
 type offsetsLog struct{ r *replication.Replica }

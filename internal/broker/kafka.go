@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
-	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kafkawire"
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
@@ -58,8 +57,9 @@ func (b *Broker) ServeKafka(lis net.Listener) error {
 	b.registerKafkaFetch(srv)
 	b.registerKafkaProduce(srv)
 	b.registerKafkaAdmin(srv)
-	b.registerKafkaTxnOffsetCommit(srv)
+	b.registerKafkaTxn(srv)
 	b.registerKafkaWriteTxnMarkers(srv)
+	b.registerKafkaTxnOffsetCommit(srv)
 	b.kafka = srv
 	b.mu.Unlock()
 	b.log.Info("kafka listener serving", "listen", lis.Addr().String(), "advertise", b.cfg.KafkaAdvertise)
@@ -225,7 +225,7 @@ func kafkaMetadataResponse(view *tapesv1.MetadataResponse) *kmsg.MetadataRespons
 			continue
 		}
 		kt.TopicID = kafkaTopicID(t.TopicId)
-		kt.IsInternal = t.Name == group.OffsetsTopic
+		kt.IsInternal = isInternalTopic(t.Name)
 		for _, p := range t.Partitions {
 			kp := kmsg.NewMetadataResponseTopicPartition()
 			kp.Partition = p.Partition

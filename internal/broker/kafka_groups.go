@@ -56,6 +56,8 @@ type kafkaGroups struct {
 	// needed); COORDINATOR_NOT_AVAILABLE while there is none. It may block
 	// up to ctx.
 	find func(ctx context.Context, groupID string) (node int32, kafkaAddr string, err error)
+	// findTxn is find for a transactional id (Broker.findTxnCoordinator).
+	findTxn func(ctx context.Context, transactionalID string) (node int32, kafkaAddr string, err error)
 	// partitionExists reports whether topic has partition p (Kafka answers
 	// a commit for a partition it does not know UNKNOWN_TOPIC_OR_PARTITION).
 	// It must not block.
@@ -93,6 +95,7 @@ func (b *Broker) registerKafkaGroups(srv *kafkawire.Server) {
 			b.meta.View(func(s *metadata.State) { addr = s.Brokers[metadata.BrokerID(fc.NodeId)].KafkaAddress })
 			return fc.NodeId, addr, nil
 		},
+		findTxn:         b.findTxnCoordinator,
 		partitionExists: b.partitionExists,
 	}
 	k.register(srv)
@@ -200,8 +203,8 @@ func staticMembershipError(group, instance string) error {
 // findCoordinator answers FindCoordinator: one key before v4, a batch of
 // keys from v4 on. Group keys are answered from the gRPC FindCoordinator
 // (the ready leader of the group's __consumer_offsets partition) with that
-// broker's Kafka address; transaction keys are INVALID_REQUEST until tapes
-// has a transaction coordinator.
+// broker's Kafka address; transaction keys likewise from the leader of the
+// id's __transaction_state partition (Broker.findTxnCoordinator).
 func (k *kafkaGroups) findCoordinator(ctx context.Context, r *kafkawire.Request) kmsg.Response {
 	req := r.Msg.(*kmsg.FindCoordinatorRequest)
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
@@ -231,23 +234,24 @@ func (k *kafkaGroups) findCoordinator(ctx context.Context, r *kafkawire.Request)
 
 // coordinatorOf finds the coordinator of one key of type keyType.
 func (k *kafkaGroups) coordinatorOf(ctx context.Context, keyType int8, key string) (int32, string, int32, error) {
+	find := k.find
 	switch keyType {
 	case coordinatorTypeGroup:
 	case coordinatorTypeTransaction:
-		return 0, "", 0, kerr.New(kerr.InvalidRequest, "transactional id %q: tapes has no transaction coordinator yet (transactions are not implemented)", key)
+		find = k.findTxn
 	default:
-		return 0, "", 0, kerr.New(kerr.InvalidRequest, "coordinator type %d (key %q): only group coordinators (type 0) exist", keyType, key)
+		return 0, "", 0, kerr.New(kerr.InvalidRequest, "coordinator type %d (key %q): only group (0) and transaction (1) coordinators exist", keyType, key)
 	}
 	if why := k.notReady(); why != "" {
 		return 0, "", 0, kerr.New(kerr.CoordinatorNotAvailable, "%s", why)
 	}
-	node, addr, err := k.find(ctx, key)
+	node, addr, err := find(ctx, key)
 	if err != nil {
 		return 0, "", 0, err
 	}
 	host, port, ok := splitKafkaAddress(addr)
 	if !ok {
-		return 0, "", 0, kerr.New(kerr.CoordinatorNotAvailable, "the coordinator of group %s, broker %d, has no Kafka listener (address %q)", key, node, addr)
+		return 0, "", 0, kerr.New(kerr.CoordinatorNotAvailable, "the coordinator of %s, broker %d, has no Kafka listener (address %q)", key, node, addr)
 	}
 	return node, host, port, nil
 }

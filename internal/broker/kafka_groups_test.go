@@ -19,6 +19,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/eventually"
 	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kafkawire"
+	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
 // groupMemLog is one __consumer_offsets partition in memory; held, its
@@ -119,6 +120,12 @@ func newGroupsFixture(t *testing.T) *groupsFixture {
 				return 2, "h2:9092", nil
 			}
 			return 1, f.addr, nil
+		},
+		findTxn: func(_ context.Context, id string) (int32, string, error) {
+			if id == "" {
+				return -1, "", kerr.New(kerr.InvalidRequest, "transactional id is empty")
+			}
+			return 3, "h3:9093", nil
 		},
 		partitionExists: func(topic string, p int32) bool { return topic == "orders" && p >= 0 && p < 3 },
 	}
@@ -276,9 +283,14 @@ func TestKafkaFindCoordinator(t *testing.T) {
 			if v >= 1 {
 				req.CoordinatorType = coordinatorTypeTransaction
 				resp := c.do(req, v).(*kmsg.FindCoordinatorResponse)
-				wantCode(t, "transaction key", resp.ErrorCode, fkerr.InvalidRequest)
-				if resp.ErrorMessage == nil || !bytes.Contains([]byte(*resp.ErrorMessage), []byte("transaction")) || resp.NodeID != -1 {
+				if resp.ErrorCode != 0 || resp.NodeID != 3 || resp.Host != "h3" || resp.Port != 9093 {
 					t.Fatalf("v%d transaction key: %+v", v, resp)
+				}
+				req.CoordinatorType = 2
+				resp = c.do(req, v).(*kmsg.FindCoordinatorResponse)
+				wantCode(t, "key type 2", resp.ErrorCode, fkerr.InvalidRequest)
+				if resp.ErrorMessage == nil || !bytes.Contains([]byte(*resp.ErrorMessage), []byte("type 2")) || resp.NodeID != -1 {
+					t.Fatalf("v%d key type 2: %+v", v, resp)
 				}
 			}
 			continue
@@ -290,10 +302,12 @@ func TestKafkaFindCoordinator(t *testing.T) {
 			t.Fatalf("v%d: %+v", v, resp.Coordinators)
 		}
 		req.CoordinatorType = coordinatorTypeTransaction
+		req.CoordinatorKeys = []string{"txn-a", ""}
 		resp = c.do(req, v).(*kmsg.FindCoordinatorResponse)
-		for _, co := range resp.Coordinators {
-			wantCode(t, "transaction keys", co.ErrorCode, fkerr.InvalidRequest)
+		if len(resp.Coordinators) != 2 || resp.Coordinators[0].NodeID != 3 || resp.Coordinators[0].Port != 9093 {
+			t.Fatalf("v%d transaction keys: %+v", v, resp.Coordinators)
 		}
+		wantCode(t, "an empty transactional id", resp.Coordinators[1].ErrorCode, fkerr.InvalidRequest)
 	}
 	f.mu.Lock()
 	f.notReady = "broker 1 is starting"

@@ -7,11 +7,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tapes-dev/tapes/internal/kafkawire"
-	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
 // InitProducerId versions served: v0-v4 (v5 is transactions v2, KIP-890).
-// Only without a transactional id: an idempotent producer's id.
 const (
 	kafkaInitProducerIDMin = 0
 	kafkaInitProducerIDMax = 4
@@ -23,19 +21,16 @@ const (
 // InitProducerId does: a new producer id from the controller quorum (unique
 // in the cluster, across failovers), epoch 0. Like Kafka for a producer
 // without a transactional id, it always allocates a new id, also when v3+
-// names the producer's current id and epoch. A transactional id is refused
-// with INVALID_REQUEST (transactions are not served yet; the response has
-// no message field, so the broker logs why). Called on the connection's
-// request goroutine; the controller round trip goes in a Later.
+// names the producer's current id and epoch. With a transactional id, the
+// transaction coordinator answers (kafkaInitTxnProducerID), allocating
+// through the same controller quorum. Called on the connection's request
+// goroutine; the controller round trip goes in a Later.
 func (b *Broker) kafkaInitProducerID(ctx context.Context, r *kafkawire.Request) kafkawire.Reply {
 	req := r.Msg.(*kmsg.InitProducerIDRequest)
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if req.TransactionalID != nil {
-		err := kerr.New(kerr.InvalidRequest, "InitProducerId with transactional id %q from %s: transactions are not served yet; only idempotent producers (no transactional id)", *req.TransactionalID, r.Header.ClientID)
-		b.log.Info("kafka: "+err.Error(), "client", r.Header.ClientID)
-		resp.ErrorCode = kafkawire.ErrorCode(err)
-		return kafkawire.Respond(resp)
+		return b.kafkaInitTxnProducerID(ctx, req, resp) // kafka_txn.go
 	}
 	return kafkawire.Later(func() kafkawire.Reply {
 		ctx, cancel := context.WithTimeout(ctx, kafkaInitProducerIDTimeout)

@@ -85,6 +85,14 @@ var kafkaCodes = map[kerr.Code]*fkerr.Error{
 	kerr.UnknownProducerID:            fkerr.UnknownProducerID,
 	kerr.FetchSessionIDNotFound:       fkerr.FetchSessionIDNotFound,
 	kerr.ReassignmentInProgress:       fkerr.ReassignmentInProgress,
+	kerr.InvalidTxnState:              fkerr.InvalidTxnState,
+	kerr.InvalidProducerIDMapping:     fkerr.InvalidProducerIDMapping,
+	kerr.InvalidTransactionTimeout:    fkerr.InvalidTransactionTimeout,
+	kerr.ConcurrentTransactions:       fkerr.ConcurrentTransactions,
+	kerr.TransactionCoordinatorFenced: fkerr.TransactionCoordinatorFenced,
+	kerr.OperationNotAttempted:        fkerr.OperationNotAttempted,
+	kerr.ProducerFenced:               fkerr.ProducerFenced,
+	kerr.TransactionalIDNotFound:      fkerr.TransactionalIDNotFound,
 	kerr.UnstableOffsetCommit:         fkerr.UnstableOffsetCommit,
 }
 

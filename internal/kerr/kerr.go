@@ -71,6 +71,15 @@ const (
 	FetchSessionIDNotFound Code = "FETCH_SESSION_ID_NOT_FOUND"
 	// A partition reassignment (cluster topics reassign) is already under way.
 	ReassignmentInProgress Code = "REASSIGNMENT_IN_PROGRESS"
+	// The transaction coordinator (internal/txn).
+	InvalidTxnState              Code = "INVALID_TXN_STATE"
+	InvalidProducerIDMapping     Code = "INVALID_PRODUCER_ID_MAPPING"
+	InvalidTransactionTimeout    Code = "INVALID_TRANSACTION_TIMEOUT"
+	ConcurrentTransactions       Code = "CONCURRENT_TRANSACTIONS"
+	TransactionCoordinatorFenced Code = "TRANSACTION_COORDINATOR_FENCED"
+	OperationNotAttempted        Code = "OPERATION_NOT_ATTEMPTED"
+	ProducerFenced               Code = "PRODUCER_FENCED"
+	TransactionalIDNotFound      Code = "TRANSACTIONAL_ID_NOT_FOUND"
 	// OffsetFetch with require_stable of a partition whose transactional
 	// offsets are pending (KIP-447): the client retries.
 	UnstableOffsetCommit Code = "UNSTABLE_OFFSET_COMMIT"
@@ -95,6 +104,7 @@ var retriable = map[Code]bool{
 	FencedLeaderEpoch:            true,
 	UnknownLeaderEpoch:           true,
 	FetchSessionIDNotFound:       true,
+	ConcurrentTransactions:       true,
 	UnstableOffsetCommit:         true,
 }
 
@@ -105,7 +115,7 @@ func (c Code) Retriable() bool { return retriable[c] }
 // rely on it (they read the detail); it keeps generic gRPC tools meaningful.
 func (c Code) grpcCode() codes.Code {
 	switch c {
-	case UnknownTopicOrPartition, UnknownTopicID, UnknownMemberID, UnknownProducerID, GroupIDNotFound:
+	case UnknownTopicOrPartition, UnknownTopicID, UnknownMemberID, UnknownProducerID, GroupIDNotFound, TransactionalIDNotFound:
 		return codes.NotFound
 	case TopicAlreadyExists:
 		return codes.AlreadyExists
@@ -114,7 +124,7 @@ func (c Code) grpcCode() codes.Code {
 	case RecordTooLarge, InvalidTopic, InvalidRequiredAcks, InvalidPartitions,
 		InvalidReplicationFactor, InvalidConfig, InvalidRequest, CorruptMessage, MemberIDRequired,
 		InvalidSessionTimeout, InconsistentGroupProtocol, InvalidGroupID, InvalidRecord, UnsupportedCompressionType,
-		PolicyViolation, InvalidReplicaAssignment, UnsupportedVersion:
+		PolicyViolation, InvalidReplicaAssignment, UnsupportedVersion, InvalidTransactionTimeout:
 		return codes.InvalidArgument
 	case RequestTimedOut:
 		return codes.DeadlineExceeded
@@ -122,7 +132,8 @@ func (c Code) grpcCode() codes.Code {
 		return codes.Unavailable
 	case NotLeaderOrFollower, NotController, NotCoordinator, IllegalGeneration,
 		RebalanceInProgress, NotEnoughReplicasAfterAppend, OutOfOrderSequenceNumber, InvalidProducerEpoch, NonEmptyGroup,
-		FencedLeaderEpoch, UnknownLeaderEpoch, FetchSessionIDNotFound, ReassignmentInProgress, UnstableOffsetCommit:
+		FencedLeaderEpoch, UnknownLeaderEpoch, FetchSessionIDNotFound, ReassignmentInProgress,
+		InvalidTxnState, InvalidProducerIDMapping, ConcurrentTransactions, TransactionCoordinatorFenced, OperationNotAttempted, ProducerFenced, UnstableOffsetCommit:
 		return codes.FailedPrecondition
 	}
 	return codes.Internal

@@ -497,8 +497,8 @@ func kmsgRecords(t *testing.T, kb kmsg.RecordBatch) []kmsg.Record {
 // CRC answers CORRUPT_MESSAGE, a magic 1 batch (Produce v2 and v9) and a
 // magic 0 one INVALID_RECORD, a transactional batch INVALID_RECORD, an
 // unknown topic UNKNOWN_TOPIC_OR_PARTITION, a batch over max.message.bytes
-// MESSAGE_TOO_LARGE, and InitProducerId with a transactional id
-// INVALID_REQUEST; nothing is appended, and the broker goes on serving
+// MESSAGE_TOO_LARGE, and InitProducerId with a transactional id and no
+// transaction timeout INVALID_TRANSACTION_TIMEOUT; nothing is appended, and the broker goes on serving
 // another connection, which produces and gets a producer id. With acks=0 a
 // good batch is not answered and a refused one closes its connection.
 func TestKafkaProduceRefusesBadBatches(t *testing.T) {
@@ -564,8 +564,8 @@ func TestKafkaProduceRefusesBadBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fkerr.ErrorForCode(resp.(*kmsg.InitProducerIDResponse).ErrorCode); got != fkerr.InvalidRequest {
-		t.Fatalf("InitProducerId with a transactional id: %v", got)
+	if got := fkerr.ErrorForCode(resp.(*kmsg.InitProducerIDResponse).ErrorCode); got != fkerr.InvalidTransactionTimeout {
+		t.Fatalf("InitProducerId with a transactional id and timeout 0: %v", got)
 	}
 	ipi.TransactionalID = nil
 	for _, v := range []int16{0, 4} {
