@@ -60,7 +60,7 @@ func TestKafkaMetadataMatchesTheBrokers(t *testing.T) {
 		if want := []string{"Produce v0-v11", "Fetch v4-v12", "ListOffsets v1-v6", "Metadata v0-v12", "OffsetCommit v1-v9", "OffsetFetch v1-v9", "FindCoordinator v0-v6",
 			"JoinGroup v0-v9", "Heartbeat v0-v4", "LeaveGroup v0-v5", "SyncGroup v0-v5", "DescribeGroups v0-v5", "ListGroups v0-v4",
 			"ApiVersions v0-v4", "CreateTopics v2-v7", "DeleteTopics v1-v5", "DeleteRecords v0-v2", "InitProducerID v0-v4",
-			"AddPartitionsToTxn v0-v3", "AddOffsetsToTxn v0-v3", "EndTxn v0-v3", "TxnOffsetCommit v0-v3", // the transaction coordinator
+			"AddPartitionsToTxn v0-v3", "AddOffsetsToTxn v0-v3", "EndTxn v0-v3", "WriteTxnMarkers v0-v1", "TxnOffsetCommit v0-v3", // transactions
 			"DescribeConfigs v1-v4",
 			"DescribeTransactions v0-v0", "ListTransactions v0-v1", // the transaction coordinator
 		}; !slices.Equal(keys, want) {
