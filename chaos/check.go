@@ -34,7 +34,8 @@ func init() {
 var errNotMet = errors.New("expectation not met")
 
 const checkSynopsis = "check --producer-history F[,F...] [--consumer-history F[,F...]] [--sink FILE.db]\n" +
-	"              [--topic T [--dir DIR | --bootstrap-server ADDR]] [--expect safe|none] [--json]"
+	"              [--topic T [--dir DIR | --bootstrap-server ADDR]] [--txn-history F[,F...]]\n" +
+	"              [--expect safe|exactly-once|none] [--json]"
 
 const checkAbout = `Reads what the producers sent and what the consumers processed (their --history files),
 optionally a full read of the topic from the cluster and the group's sink, and names every anomaly:
@@ -50,11 +51,22 @@ optionally a full read of the topic from the cluster and the group's sink, and n
   duplicate-effect, never-processed, out-of-key-order   from the sink (--sink)
 Acknowledged records deleted by retention (below the log start, or in a consumer's gap) are
 counted apart, not as anomalies.
+With --txn-history (transactional histories: begin, send, end, read, step, lso and effect lines),
+also Jepsen's anomalies for Kafka's transactions:
+  aborted-read          a read_committed reader saw a write of an aborted transaction
+  G1a                   a committed transaction consumed a write of an aborted one
+  lost-write, duplicate within the committed output of read-process-write steps
+  G1c                   a cycle of write-read dependencies between committed transactions
+  zombie-commit         a transaction of an epoch committed after its successor's InitProducerId
+  hung-lso              a read_committed reader stuck at one LSO past the threshold (reported)
+  external-duplicate    an effect outside the log applied more than once for one input (reported)
 
 --expect safe (the default: a check fails unless told otherwise) requires zero lost-write, unseen,
 duplicate, inconsistent-offsets, nonmonotonic-poll, poll-skip, aborted-read, duplicate-effect and
 never-processed: the profile of acks=all, an idempotent producer, commit after processing and an
-idempotent sink. Kinds not checked (the sink's, without --sink) do not count. --expect none only reports.
+idempotent sink. Kinds not checked (the sink's, without --sink) do not count. --expect exactly-once
+(for --txn-history) requires zero aborted-read, G1a, lost-write, duplicate, G1c and zombie-commit.
+--expect none only reports.
 Exit status: 0 when the expectation holds, 1 when it does not (or the check could not run), 2 on a
 usage error.`
 
@@ -65,6 +77,7 @@ const checkShow = 5
 func (c *checkCommand) Run(ctx context.Context, args []string) error {
 	var (
 		producers, consumers  listFlag
+		txns                  listFlag
 		sinkDB, topic, expect string
 		dir, bootstrap        string
 		asJSON                bool
@@ -76,14 +89,15 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stderr, "Usage:\n  chaos %s\n\n%s\n\nFlags:\n", checkSynopsis, checkAbout)
 		fs.PrintDefaults()
 	}
-	fs.Var(&producers, "producer-history", "producerd --history `files`, comma-separated or repeated (required)")
+	fs.Var(&producers, "producer-history", "producerd --history `files`, comma-separated or repeated (required unless --txn-history is given)")
+	fs.Var(&txns, "txn-history", "transactional history `files` (check.TxnLine), comma-separated or repeated: the transactional anomalies")
 	fs.Var(&consumers, "consumer-history", "consumerd --history `files`, comma-separated or repeated (required unless --topic gives a full read)")
 	fs.StringVar(&sinkDB, "sink", "", "the consumer group's SQLite sink `FILE.db`, to check its effects (duplicate-effect, never-processed, out-of-key-order)")
 	fs.StringVar(&topic, "topic", "", "`TOPIC` to read in full from the cluster, every partition from its log start to its high watermark, as one more reader")
 	fs.StringVar(&dir, "dir", clusterfile.DefaultDir(), "cluster `directory` whose cluster.json lists the brokers, for the full read of --topic")
 	fs.StringVar(&bootstrap, "bootstrap-server", "", "comma-separated broker `addresses` for the full read of --topic; wins over --dir")
 	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long the full read of --topic may take")
-	fs.StringVar(&expect, "expect", check.Safe.Name, "`profile` the result must meet: safe (exit 1 unless every kind of the safe profile is zero) or none (only report)")
+	fs.StringVar(&expect, "expect", check.Safe.Name, "`profile` the result must meet: safe (exit 1 unless every kind of the safe profile is zero), exactly-once (the transactional profile) or none (only report)")
 	fs.BoolVar(&asJSON, "json", false, "print the checker's result as one JSON object (counts, anomalies, counters, verdict)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -97,19 +111,19 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 	switch {
 	case fs.NArg() != 0:
 		return fmt.Errorf("%w: check takes no arguments, got %q", errUsage, fs.Args())
-	case len(producers) == 0:
-		return fmt.Errorf("%w: --producer-history is required", errUsage)
-	case len(consumers) == 0 && topic == "":
+	case len(producers) == 0 && len(txns) == 0:
+		return fmt.Errorf("%w: --producer-history is required (or --txn-history for transactional histories)", errUsage)
+	case len(consumers) == 0 && topic == "" && len(txns) == 0:
 		return fmt.Errorf("%w: nothing read: give --consumer-history, or --topic for a full read", errUsage)
 	case (set["dir"] || set["bootstrap-server"] || set["timeout"]) && topic == "":
 		return fmt.Errorf("%w: --dir, --bootstrap-server and --timeout serve the full read: they need --topic", errUsage)
 	case !known:
-		return fmt.Errorf("%w: --expect %q: want safe or none", errUsage, expect)
+		return fmt.Errorf("%w: --expect %q: want safe, exactly-once or none", errUsage, expect)
 	case timeout <= 0:
 		return fmt.Errorf("%w: --timeout %v: want more than 0", errUsage, timeout)
 	}
 
-	in := check.Input{ProducerHistories: producers, ConsumerHistories: consumers, SinkDB: sinkDB, Expect: e}
+	in := check.Input{ProducerHistories: producers, ConsumerHistories: consumers, TxnHistories: txns, SinkDB: sinkDB, Expect: e}
 	if topic != "" {
 		var err error
 		if in.Log, in.LogStart, err = checkFullRead(ctx, dir, bootstrap, topic, timeout); err != nil {
@@ -161,6 +175,15 @@ func printCheck(w io.Writer, in check.Input, topic string, res check.Result, e c
 	}
 	if res.Sink != nil {
 		fmt.Fprintf(w, "Sink:      %d effects, %d event ids delivered (%s)\n", res.Sink.Effects, res.Sink.Delivered, in.SinkDB)
+	}
+	if x := res.Txn; x != nil {
+		fmt.Fprintf(w, "Txns:      %d transactions (%d committed, %d aborted, %d unknown), %d read-process-write steps (%s)\n",
+			x.Transactions, x.Committed, x.Aborted, x.Unknown, x.Steps, plural(len(in.TxnHistories), "history", "histories"))
+		fmt.Fprintf(w, "           reads: %d read_committed, %d read_uncommitted (%d of them of aborted transactions); %d external effects, %d duplicated\n",
+			x.ReadCommitted, x.ReadUncommitted, x.AbortedSeenUncommitted, x.Effects, x.ExternalDuplicates)
+		if h := x.LongestLSOHang; h != nil {
+			fmt.Fprintf(w, "           longest stretch at one LSO: %s (hung-lso after %.0f s)\n", lsoHang(h), x.HungLSOAfter)
+		}
 	}
 	fmt.Fprintf(w, "Read:      %d distinct records; %d acknowledged records deleted by retention before anyone read them\n\n", res.Read, res.DeletedByRetention)
 
@@ -244,4 +267,16 @@ func (l *listFlag) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// lsoHang prints one stretch of a read_committed reader at one LSO.
+func lsoHang(h *check.LSOHang) string {
+	end := "the LSO then moved"
+	switch {
+	case !h.Moved:
+		end = "still there at its last observation"
+	case h.Caught:
+		end = "until nothing was above it"
+	}
+	return fmt.Sprintf("%.1f s, reader %s at %s-%d offset %d (high watermark up to %d), %s", h.Seconds, h.Reader, h.Topic, h.Partition, h.LSO, h.MaxHW, end)
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -183,7 +185,7 @@ func TestCheckCommand(t *testing.T) {
 			stderrHas: []string{"-producer-history", "-consumer-history", "-sink", "-topic", "-dir", "-bootstrap-server", "-timeout", "-expect", "-json", "lost-write", "Exit status"}},
 		{name: "no producer history", code: 2, args: []string{"--consumer-history", f("c1.jsonl")}, stderrHas: []string{"--producer-history is required"}},
 		{name: "nothing read", code: 2, args: []string{"--producer-history", f("producer.jsonl")}, stderrHas: []string{"nothing read"}},
-		{name: "unknown expectation", code: 2, args: append(dirty, "--expect", "strict"), stderrHas: []string{`--expect "strict": want safe or none`}},
+		{name: "unknown expectation", code: 2, args: append(dirty, "--expect", "strict"), stderrHas: []string{`--expect "strict": want safe, exactly-once or none`}},
 		{name: "--dir without --topic", code: 2, args: append(dirty, "--dir", dir), stderrHas: []string{"need --topic"}},
 		{name: "an argument", code: 2, args: append(dirty, "extra"), stderrHas: []string{`check takes no arguments, got ["extra"]`}},
 		{name: "unknown flag", code: 2, args: append(dirty, "--nope"), stderrHas: []string{"flag provided but not defined: -nope"}},
@@ -299,5 +301,71 @@ func TestCheckCommandFullRead(t *testing.T) {
 		if code != 1 || !strings.Contains(out, s) {
 			t.Fatalf("exit status %d, stdout has no %q:\n%s\nstderr:\n%s", code, s, out, errOut)
 		}
+	}
+}
+
+// TestCheckCommandTxnHistory: `chaos check --txn-history` reads a
+// transactional history, prints its transactions and judges it by
+// --expect exactly-once: a read_committed reader that saw the write of a
+// transaction killed before it asked to commit is an aborted-read (exit 1);
+// without that read the history meets the expectation (exit 0).
+func TestCheckCommandTxnHistory(t *testing.T) {
+	dir := t.TempDir()
+	p := func(v int32) *int32 { return &v }
+	o := func(v int64) *int64 { return &v }
+	at := checkT0
+	line := func(l check.TxnLine) check.TxnLine {
+		at = at.Add(time.Millisecond)
+		l.At = at
+		return l
+	}
+	base := []check.TxnLine{
+		line(check.TxnLine{Type: check.TxnBegin, Process: "proc", Txn: "t/0/1", TransactionalID: "t"}),
+		line(check.TxnLine{Type: check.TxnStep, Process: "proc", Txn: "t/0/1", Inputs: []check.TxnInput{{Topic: "in", Partition: 0, Offset: 0, EventID: "in-0"}}}),
+		line(check.TxnLine{Type: check.TxnSend, Process: "proc", Txn: "t/0/1", EventID: "out-0", Topic: "out", Partition: p(0), Offset: o(0), Status: check.SendOK}),
+		line(check.TxnLine{Type: check.TxnEnd, Process: "proc", Txn: "t/0/1", Outcome: check.OutcomeCommit, Status: check.EndRequested}),
+		line(check.TxnLine{Type: check.TxnEnd, Process: "proc", Txn: "t/0/1", Outcome: check.OutcomeCommit, Status: check.EndOK}),
+		// killed before asking to commit: aborted.
+		line(check.TxnLine{Type: check.TxnBegin, Process: "proc", Txn: "t/0/2", TransactionalID: "t"}),
+		line(check.TxnLine{Type: check.TxnStep, Process: "proc", Txn: "t/0/2", Inputs: []check.TxnInput{{Topic: "in", Partition: 0, Offset: 1, EventID: "in-1"}}}),
+		line(check.TxnLine{Type: check.TxnSend, Process: "proc", Txn: "t/0/2", EventID: "out-1", Topic: "out", Partition: p(0), Offset: o(2), Status: check.SendOK}),
+		line(check.TxnLine{Type: check.TxnBegin, Process: "proc", Txn: "t/1/1", TransactionalID: "t"}),
+		line(check.TxnLine{Type: check.TxnStep, Process: "proc", Txn: "t/1/1", Inputs: []check.TxnInput{{Topic: "in", Partition: 0, Offset: 1, EventID: "in-1"}}}),
+		line(check.TxnLine{Type: check.TxnSend, Process: "proc", Txn: "t/1/1", EventID: "out-1", Topic: "out", Partition: p(0), Offset: o(4), Status: check.SendOK}),
+		line(check.TxnLine{Type: check.TxnEnd, Process: "proc", Txn: "t/1/1", Outcome: check.OutcomeCommit, Status: check.EndRequested}),
+		line(check.TxnLine{Type: check.TxnEnd, Process: "proc", Txn: "t/1/1", Outcome: check.OutcomeCommit, Status: check.EndOK}),
+		line(check.TxnLine{Type: check.TxnIsolation, Process: "rc", Isolation: check.ReadCommitted}),
+		line(check.TxnLine{Type: check.TxnRead, Process: "rc", EventID: "out-0", Topic: "out", Partition: p(0), Offset: o(0)}),
+		line(check.TxnLine{Type: check.TxnRead, Process: "rc", EventID: "out-1", Topic: "out", Partition: p(0), Offset: o(4)}),
+	}
+	write := func(name string, lines []check.TxnLine) string {
+		var b bytes.Buffer
+		for _, l := range lines {
+			j, err := json.Marshal(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Write(append(j, '\n'))
+		}
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	clean := write("clean.jsonl", base)
+	dirty := write("dirty.jsonl", append(slices.Clone(base),
+		line(check.TxnLine{Type: check.TxnRead, Process: "rc", EventID: "out-1", Topic: "out", Partition: p(0), Offset: o(2)})))
+
+	out, _, code := runCheck(t, "--txn-history", clean, "--expect", "exactly-once")
+	if code != 0 || !strings.Contains(out, "Txns:      3 transactions (2 committed, 1 aborted, 0 unknown)") || !strings.Contains(out, "Expectation exactly-once: met") {
+		t.Fatalf("clean history: exit %d\n%s", code, out)
+	}
+	out, _, code = runCheck(t, "--txn-history", dirty, "--expect", "exactly-once")
+	if code != 1 || !strings.Contains(out, "aborted-read          1      FAIL (must be 0)") || !strings.Contains(out, "Expectation exactly-once: NOT met") {
+		t.Fatalf("history with an aborted read: exit %d\n%s", code, out)
+	}
+	if _, stderr, code := runCheck(t, "--expect", "exactly-once"); code != 2 || !strings.Contains(stderr, "--txn-history") {
+		t.Fatalf("no history at all: exit %d, stderr %q", code, stderr)
 	}
 }
