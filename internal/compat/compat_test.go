@@ -154,6 +154,7 @@ func TestCompat(t *testing.T) {
 	// Last: against COMPAT_BOOTSTRAP the killed brokers stay down.
 	s.client(t, "Java idempotent producer (acks=all) through a leader's SIGKILL", s.javaProducer)
 	s.client(t, "Java consumer group (CooperativeStickyAssignor) through a leader's SIGKILL", s.javaGroup)
+	s.client(t, "Java transactions (sendOffsetsToTransaction, read_committed) through a leader's SIGKILL; kafka-transactions list/describe", s.javaTransactions)
 
 	fmt.Printf("compat: %d passed, %d failed, %d skipped\n", s.passed, s.failed, s.skipped)
 }
