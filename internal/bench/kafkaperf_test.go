@@ -72,7 +72,8 @@ func TestBenchKafkaPerf(t *testing.T) {
 	for range rounds {
 		g := row("producerd perf (gRPC)", func(topic string) perfResult {
 			return runPerf(t, e, "--topic", topic, "--num-records", fmt.Sprint(records), "--record-size", "100",
-				"--throughput", "-1", "--acks", "all", "--idempotent", "--reporting-interval", "5s")
+				"--throughput", "-1", "--acks", "all", "--idempotent", "--reporting-interval", "5s",
+				"--batch-bytes", "16384", "--linger", "5", "--max-in-flight", "5") // Kafka's defaults, not producerd's
 		})
 		k := row("kafka-producer-perf-test", func(topic string) perfResult {
 			args := []string{"--topic", topic, "--num-records", fmt.Sprint(records), "--record-size", "100", "--throughput", "-1",
