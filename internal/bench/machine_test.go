@@ -28,6 +28,10 @@ func openMachine(pids ...int) machineWindow {
 	return w
 }
 
+// started adds processes started after the window opened (their CPU
+// until then was zero) to the row's own.
+func (w *machineWindow) started(pids ...int) { w.pids = append(w.pids, pids...) }
+
 // String is "machine: load average 1.23 / 0.98 (1 / 5 min), other
 // processes 34% of 2 cores over the row" (other = the machine's busy time
 // minus this test's, its children's and the row's processes').

@@ -109,6 +109,9 @@ func TestBenchScalePartitions(t *testing.T) {
 		args = append(args, brokerArgs()...)
 		e := testcluster.Start(t, binDir, 3, args...)
 		started := time.Since(launched)
+		for _, b := range e.Brokers() {
+			m.started(b.PID)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		err := e.Client.CreateTopics(ctx, []*tapesv1.TopicSpec{{Name: "many", Partitions: int32(n), ReplicationFactor: 3,
 			Configs: map[string]string{"min.insync.replicas": "2"}}}, false)
