@@ -224,7 +224,8 @@ type RaftLogKind string
 // The Raft log stores.
 const (
 	// RaftLogWAL: the broker's shared log (internal/raftlog), group commit
-	// across its groups; the group's term and vote in its stable.db.
+	// across its groups; the group's term and vote in the broker's shared
+	// stable store (Config.Stable), or in its stable.db if it has one.
 	RaftLogWAL RaftLogKind = "wal"
 	// RaftLogBolt: the group's own raft-boltdb file, raft.db.
 	RaftLogBolt RaftLogKind = "bolt"

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/eventually"
+	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
 
@@ -141,4 +142,33 @@ func TestReplicaTermInSharedStable(t *testing.T) {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// TestFirstElectionTimeout: a group that has not seen a leader since it was
+// opened waits firstElectionTimeout for votes (a thousand groups electing
+// at once answer votes late), and gets its configured timeouts back once a
+// leader is known. A replica of three whose peers never answer keeps the
+// long one; a trio that elects goes back to the configured 500 ms.
+func TestFirstElectionTimeout(t *testing.T) {
+	configured := DefaultRaftTimings().ElectionTimeout
+	if configured >= firstElectionTimeout {
+		t.Fatalf("the configured election timeout %v is not below %v: nothing to show", configured, firstElectionTimeout)
+	}
+	alone := newMuxes(t, 1)[0] // peers 2 and 3 resolve to nothing
+	lonely := openTestReplica(t, alone, t.TempDir(), 1, []metadata.BrokerID{1, 2, 3}, nil)
+	if got := lonely.raft.ReloadableConfig().ElectionTimeout; got != firstElectionTimeout {
+		t.Errorf("leaderless group's election timeout %v, want %v", got, firstElectionTimeout)
+	}
+
+	tr := newTrio(t, nil, -1)
+	readyLeader(t, tr.reps[:], -1)
+	for i, r := range tr.reps {
+		eventually.True(t, 30*time.Second, fmt.Sprintf("replica %d's configured timeouts back", i+1), func() bool {
+			c := r.raft.ReloadableConfig()
+			return c.ElectionTimeout == configured && c.HeartbeatTimeout == DefaultRaftTimings().HeartbeatTimeout
+		})
+	}
+	if got := lonely.raft.ReloadableConfig().ElectionTimeout; got != firstElectionTimeout {
+		t.Errorf("still leaderless, the group's election timeout became %v, want %v", got, firstElectionTimeout)
+	}
 }
