@@ -6,7 +6,13 @@
 // rebalance's cost per assignor, a group coordinator's failover with
 // and without compaction of __consumer_offsets, and Apache Kafka's
 // kafka-producer-perf-test against the Kafka listeners beside `producerd
-// perf` against gRPC on one cluster (TestBenchKafkaPerf). It starts with the disk's
+// perf` against gRPC on one cluster (TestBenchKafkaPerf); the cost as work
+// grows: acks=all records/s for 1, 6, 24 and 96 partitions
+// (TestBenchScaleProduce), the start, idle CPU, RSS, goroutines and open
+// files, and a leader's SIGKILL at 100 and 1,000 partitions
+// (TestBenchScalePartitions); and the grid that chose producerd's batching
+// defaults (TestBenchProducerDefaults). Under every observed row it prints
+// the machine's load (load average, other processes' CPU). It starts with the disk's
 // fsync rate; under each produce row it prints every broker's fsyncs/s (its
 // tapes_fsyncs_total), CPU and the top functions of a CPU profile taken
 // during the row (brokerd --pprof-listen), so each row's bottleneck shows.

@@ -50,13 +50,7 @@ func TestBenchKafkaPerf(t *testing.T) {
 		o := observe(t, e, profile)
 		r := run(topic)
 		fmt.Printf("%-26s %12.0f %8.2f %9.1f %9d %9d %9d %9d %9.0f\n", name, r.recsPerSec, r.mbPerSec, r.avgMs, r.p50, r.p95, r.p99, r.p999, r.maxMs)
-		// The tool's progress lines (every 5 s): a stall shows as a window
-		// with few records sent.
-		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
-			if strings.Contains(l, "records sent") && !perfFinal.MatchString(l) {
-				fmt.Println("    progress: " + strings.TrimSpace(l))
-			}
-		}
+		printProgress(r)
 		o.print()
 		// Every record acknowledged once: the leaders' high watermarks
 		// reach exactly the count sent (a report may lag, not exceed it).
@@ -72,7 +66,8 @@ func TestBenchKafkaPerf(t *testing.T) {
 	for range rounds {
 		g := row("producerd perf (gRPC)", func(topic string) perfResult {
 			return runPerf(t, e, "--topic", topic, "--num-records", fmt.Sprint(records), "--record-size", "100",
-				"--throughput", "-1", "--acks", "all", "--idempotent", "--reporting-interval", "5s")
+				"--throughput", "-1", "--acks", "all", "--idempotent", "--reporting-interval", "5s",
+				"--batch-bytes", "16384", "--linger", "5", "--max-in-flight", "5") // Kafka's defaults, not producerd's
 		})
 		k := row("kafka-producer-perf-test", func(topic string) perfResult {
 			args := []string{"--topic", topic, "--num-records", fmt.Sprint(records), "--record-size", "100", "--throughput", "-1",

@@ -29,6 +29,7 @@ type observation struct {
 	t       *testing.T
 	brokers []observed
 	start   time.Time
+	machine machineWindow // the machine's load over the row
 	wg      sync.WaitGroup
 }
 
@@ -54,6 +55,11 @@ func observe(t *testing.T, e *testcluster.Env, d time.Duration) *observation {
 		ob.cpu = cpuSeconds(t, b.PID)
 		o.brokers = append(o.brokers, ob)
 	}
+	var pids []int
+	for _, b := range o.brokers {
+		pids = append(pids, b.pid)
+	}
+	o.machine = openMachine(pids...)
 	secs := max(1, int(d.Round(time.Second)/time.Second))
 	for i := range o.brokers {
 		ob := &o.brokers[i]
@@ -86,7 +92,9 @@ func (o *observation) print() {
 		cpu := 100 * (cpuSeconds(o.t, ob.pid) - ob.cpu) / elapsed
 		lines[i] = fmt.Sprintf("    %s: %.0f fsyncs/s (%s), CPU %.0f%% of a core", ob.name, total/elapsed, strings.Join(kinds, ", "), cpu)
 	}
+	machine := o.machine.String()
 	o.wg.Wait()
+	fmt.Println("    " + machine)
 	for i, ob := range o.brokers {
 		fmt.Println(lines[i])
 		if ob.profileErr != nil {

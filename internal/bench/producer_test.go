@@ -106,7 +106,7 @@ func TestBenchProducerPerf(t *testing.T) {
 		topic := fmt.Sprintf("perf-%d", topicN)
 		e.CreateTopic(topic, 6, 3, map[string]string{"min.insync.replicas": "2"})
 		args := append([]string{"--topic", topic, "--num-records", fmt.Sprint(n), "--record-size", "100",
-			"--batch-bytes", fmt.Sprint(batchBytes), "--reporting-interval", "5s"}, flags...)
+			"--batch-bytes", fmt.Sprint(batchBytes), "--linger", "5", "--max-in-flight", "5", "--reporting-interval", "5s"}, flags...)
 		o := observe(t, e, profile)
 		r := runPerf(t, e, args...)
 		fmt.Printf("%-8d %-24s %12.0f %8.2f %9.1f %9d %9d %9d %9d %9.0f\n", batchBytes, name, r.recsPerSec, r.mbPerSec, r.avgMs, r.p50, r.p95, r.p99, r.p999, r.maxMs)

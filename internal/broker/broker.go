@@ -88,6 +88,10 @@ type Broker struct {
 	// DATA/raftlog), open from New to the end of Shutdown, after every
 	// replica closed.
 	raftLog *raftlog.Log
+	// raftStable is the term and vote of the partition groups whose log is
+	// in raftLog (replication.SharedStable, DATA/stable.db): their
+	// elections share commits. Opened and closed with raftLog.
+	raftStable *replication.SharedStable
 
 	reports *reporter
 	metrics *metrics
@@ -168,7 +172,13 @@ func New(cfg Config) (*Broker, error) {
 		mux.Close()
 		return nil, fmt.Errorf("partitions' raft log: %w", err)
 	}
+	if b.raftStable, err = replication.OpenSharedStable(filepath.Join(cfg.DataDir, "stable.db")); err != nil {
+		b.raftLog.Close()
+		mux.Close()
+		return nil, fmt.Errorf("partitions' stable store: %w", err)
+	}
 	if err := b.openController(); err != nil {
+		b.raftStable.Close()
 		b.raftLog.Close()
 		mux.Close()
 		return nil, err
@@ -309,6 +319,9 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 		wg.Wait()
 		if err := b.raftLog.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("partitions' raft log: %w", err))
+		}
+		if err := b.raftStable.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("partitions' stable store: %w", err))
 		}
 		b.ctrlTrans.Close()
 		if err := b.ctrlRaft.Shutdown().Error(); err != nil {

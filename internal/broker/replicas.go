@@ -122,7 +122,7 @@ func (b *Broker) topicExists(topic string, id metadata.TopicID) bool {
 // the metadata does not assign to this broker and no open replica uses:
 // replicas of topics deleted while this broker was down, or left by a crash
 // in the middle of a delete; and their groups' entries in the shared Raft
-// log. Called from reconcile only.
+// log and stable store. Called from reconcile only.
 func (b *Broker) removeStaleDirs(want map[string]wantReplica) {
 	stale := func(name string) bool {
 		if _, ok := want[name]; ok {
@@ -141,6 +141,17 @@ func (b *Broker) removeStaleDirs(want map[string]wantReplica) {
 			b.log.Info("dropping the Raft log of a partition this broker no longer hosts", "group", name)
 			if err := s.Drop(); err != nil {
 				b.log.Warn("drop a partition's Raft log", "group", name, "err", err)
+			}
+		}
+	}
+	if groups, err := b.raftStable.Groups(); err != nil {
+		b.log.Warn("list the shared stable store's groups", "err", err)
+	} else {
+		for _, name := range groups {
+			if stale(name) {
+				if err := b.raftStable.Group(name).Drop(); err != nil {
+					b.log.Warn("drop a partition's term and vote", "group", name, "err", err)
+				}
 			}
 		}
 	}
@@ -178,6 +189,7 @@ func (b *Broker) openReplica(name string, w wantReplica) error {
 		Topic: w.topic, TopicID: w.id, Partition: w.partition,
 		Dir:                    filepath.Join(b.cfg.DataDir, "partitions", name), // name is GroupName: removeStaleDirs relies on it
 		RaftLog:                b.raftLog,
+		Stable:                 b.raftStable,
 		NewRaftLog:             b.cfg.RaftLog,
 		LocalID:                b.cfg.ID,
 		Replicas:               w.replicas,

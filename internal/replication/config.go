@@ -169,8 +169,13 @@ type Config struct {
 	// group keeps the store it has (see Replica.openLogStores).
 	RaftLog    *raftlog.Log
 	NewRaftLog RaftLogKind
-	LocalID    metadata.BrokerID
-	Replicas   []metadata.BrokerID
+	// Stable is the broker's shared stable store (term and vote), nil if
+	// it has none. A group whose log is in RaftLog and has no stable.db
+	// keeps its term and vote there (one commit for the elections of many
+	// groups); one with a stable.db keeps that file.
+	Stable   *SharedStable
+	LocalID  metadata.BrokerID
+	Replicas []metadata.BrokerID
 	// Join: this replica is being added to an existing group by a
 	// reassignment (metadata PartitionState.Adding): a new one does not
 	// bootstrap (its Raft configuration comes from the leader, which adds
@@ -219,7 +224,8 @@ type RaftLogKind string
 // The Raft log stores.
 const (
 	// RaftLogWAL: the broker's shared log (internal/raftlog), group commit
-	// across its groups; the group's term and vote in its stable.db.
+	// across its groups; the group's term and vote in the broker's shared
+	// stable store (Config.Stable), or in its stable.db if it has one.
 	RaftLogWAL RaftLogKind = "wal"
 	// RaftLogBolt: the group's own raft-boltdb file, raft.db.
 	RaftLogBolt RaftLogKind = "bolt"

@@ -26,8 +26,13 @@ type Replica struct {
 	fsm  *fsm
 	raft *raft.Raft
 	// bolt is the group's raft-boltdb file: its stable store, and its log
-	// store too unless wal is set (see openLogStores).
+	// store too unless wal is set (see openLogStores); nil when the group's
+	// term and vote are in the broker's shared stable store.
 	bolt *BoltStore
+	// stable is the group's raft.StableStore: bolt, or its view of
+	// cfg.Stable (shared).
+	stable raft.StableStore
+	shared *GroupStable
 	// wal is the group's view of the broker's shared Raft log, nil when
 	// the group's log is in bolt.
 	wal   *raftlog.Store
@@ -167,14 +172,17 @@ const (
 // openLogStores opens the group's Raft log store and stable store. A group
 // keeps the layout it was created with: raft.db (raft-boltdb for both), or
 // stable.db with its entries in the broker's shared log (cfg.RaftLog); a
-// new group takes cfg.NewRaftLog. The stable store (term, vote) stays in a
-// per-group bolt file in both: it changes only at elections, and bolt's
-// commit makes it durable before raft relies on it.
+// new group takes cfg.NewRaftLog. The stable store (term, vote) is bolt's
+// commit, durable before raft relies on it: in raft.db, in the group's
+// stable.db, or (a group with its log in the shared log and no stable.db,
+// when the broker has one) in the broker's shared stable store, where the
+// elections of many groups share a commit.
 func (r *Replica) openLogStores() (raft.LogStore, error) {
 	cfg := r.cfg
 	_, errBolt := os.Stat(filepath.Join(cfg.Dir, boltLogFile))
 	_, errStable := os.Stat(filepath.Join(cfg.Dir, boltStableFile))
-	useWAL := errStable == nil || (errBolt != nil && cfg.NewRaftLog == RaftLogWAL)
+	inShared := cfg.Stable != nil && cfg.Stable.Has(GroupName(cfg.Topic, cfg.Partition, cfg.TopicID))
+	useWAL := errStable == nil || inShared || (errBolt != nil && cfg.NewRaftLog == RaftLogWAL)
 	if errBolt == nil {
 		useWAL = false
 	}
@@ -183,7 +191,7 @@ func (r *Replica) openLogStores() (raft.LogStore, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open raft log store: %w", err)
 		}
-		r.bolt = bolt
+		r.bolt, r.stable = bolt, bolt
 		return bolt, nil
 	}
 	if cfg.RaftLog == nil {
@@ -193,12 +201,18 @@ func (r *Replica) openLogStores() (raft.LogStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open raft log store: %w", err)
 	}
+	r.wal = wal
+	if errStable != nil && cfg.Stable != nil {
+		r.shared = cfg.Stable.Group(GroupName(cfg.Topic, cfg.Partition, cfg.TopicID))
+		r.stable = r.shared
+		return wal, nil
+	}
 	bolt, err := OpenBoltStore(filepath.Join(cfg.Dir, boltStableFile))
 	if err != nil {
 		wal.Close()
 		return nil, fmt.Errorf("open raft stable store: %w", err)
 	}
-	r.bolt, r.wal = bolt, wal
+	r.bolt, r.stable = bolt, bolt
 	return wal, nil
 }
 
@@ -213,8 +227,15 @@ func (r *Replica) closeLogStores(drop bool) error {
 			err = r.wal.Close()
 		}
 	}
-	if e := r.bolt.Close(); e != nil && err == nil {
-		err = e
+	if r.shared != nil && drop {
+		if e := r.shared.Drop(); e != nil && err == nil {
+			err = e
+		}
+	}
+	if r.bolt != nil {
+		if e := r.bolt.Close(); e != nil && err == nil {
+			err = e
+		}
 	}
 	return err
 }
@@ -247,7 +268,7 @@ func (r *Replica) startRaft() error {
 	r.maxAppend = rc.MaxAppendEntries
 	r.store = &ackingStore{LogStore: cache, r: r}
 
-	existing, err := raft.HasExistingState(r.store, r.bolt, snaps)
+	existing, err := raft.HasExistingState(r.store, r.stable, snaps)
 	if err != nil {
 		r.closeLogStores(false)
 		return fmt.Errorf("inspect raft state: %w", err)
@@ -263,18 +284,31 @@ func (r *Replica) startRaft() error {
 		rc.HeartbeatTimeout *= preferredHeadStart
 		rc.ElectionTimeout *= preferredHeadStart
 	}
+	// Until it knows a leader, a group's candidate waits at least
+	// firstElectionTimeout for votes before it starts again with a higher
+	// term. When a broker opens a thousand groups, their first elections
+	// run together and a vote's answer can take longer than the configured
+	// 500 ms: with it, 1,000 partitions (RF 3) on 3 brokers restarted
+	// elections for minutes and never all had a leader; with 3 s every
+	// partition had one after 16.5 s (ARCHITECTURE.md "Cost as partitions
+	// grow"). Once a leader is known the configured timeouts return, so a
+	// failover later is as fast as before.
+	slowStart := len(cfg.Replicas) > 1 && rc.ElectionTimeout < firstElectionTimeout
+	if slowStart {
+		rc.ElectionTimeout = firstElectionTimeout
+	}
 	if !existing && !cfg.Join {
 		var servers []raft.Server
 		for _, id := range cfg.Replicas {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: ServerID(id), Address: raft.ServerAddress(ServerID(id))})
 		}
-		if err := raft.BootstrapCluster(rc, r.store, r.bolt, snaps, cfg.Transport, raft.Configuration{Servers: servers}); err != nil {
+		if err := raft.BootstrapCluster(rc, r.store, r.stable, snaps, cfg.Transport, raft.Configuration{Servers: servers}); err != nil {
 			r.closeLogStores(false)
 			return fmt.Errorf("bootstrap raft group: %w", err)
 		}
 	}
 	cfg.Transport.SetAppendObserver(r.observeAppend)
-	ra, err := raft.NewRaft(rc, r.fsm, r.store, r.bolt, snaps, cfg.Transport)
+	ra, err := raft.NewRaft(rc, r.fsm, r.store, r.stable, snaps, cfg.Transport)
 	if err != nil {
 		r.closeLogStores(false)
 		return fmt.Errorf("start raft: %w", err)
@@ -283,12 +317,21 @@ func (r *Replica) startRaft() error {
 	if cfg.Observer != nil {
 		ra.RegisterObserver(cfg.Observer)
 	}
-	if headStart {
+	if headStart || slowStart {
 		r.wg.Add(1)
 		go r.endHeadStart(normal)
 	}
 	return nil
 }
+
+// firstElectionTimeout is the least election timeout of a group that has
+// not seen a leader since it was opened (see startRaft).
+const firstElectionTimeout = 3 * time.Second
+
+// headStartPoll is how often a group still on its first-election timeouts
+// checks for a leader: a thousand groups opening at once wake 10,000 times
+// a second in all at 100 ms (they woke 50,000 times at 20 ms).
+const headStartPoll = 100 * time.Millisecond
 
 // preferredHeadStart is how many times longer than configured the
 // non-preferred replicas of a new group wait before their first election.
@@ -298,7 +341,7 @@ const preferredHeadStart = 3
 // leader (or the replica closes).
 func (r *Replica) endHeadStart(normal raft.ReloadableConfig) {
 	defer r.wg.Done()
-	t := time.NewTicker(20 * time.Millisecond)
+	t := time.NewTicker(headStartPoll)
 	defer t.Stop()
 	for {
 		select {

@@ -63,8 +63,8 @@ func (f *faultyLog) arm() (entered chan struct{}, release func()) {
 
 // openSolo opens a single-replica partition (broker 1, RF 1) in dir over a
 // real Raft group and waits until it is a ready leader. fault, if not nil,
-// wraps what its FSM writes through.
-func openSolo(t *testing.T, dir string, fault *faultyLog) *Replica {
+// wraps what its FSM writes through; opts change its Config.
+func openSolo(t *testing.T, dir string, fault *faultyLog, opts ...func(*Config)) *Replica {
 	t.Helper()
 	mux, err := raftnet.NewMux(raftnet.Config{LocalID: ServerID(1), Logger: quietLogger(),
 		Resolve:    func(a raft.ServerAddress) (string, error) { return "", fmt.Errorf("no peer %s", a) },
@@ -73,7 +73,7 @@ func openSolo(t *testing.T, dir string, fault *faultyLog) *Replica {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mux.Close() })
-	r := openTestReplica(t, mux, dir, 1, []metadata.BrokerID{1}, fault)
+	r := openTestReplica(t, mux, dir, 1, []metadata.BrokerID{1}, fault, opts...)
 	eventually.True(t, 30*time.Second, "the replica to lead", func() bool {
 		r.CheckLeadership()
 		return r.ReadyTerm() != 0

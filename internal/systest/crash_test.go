@@ -113,17 +113,21 @@ func TestKillEveryBrokerKeepsAcknowledged(t *testing.T) {
 		}
 	}
 	// The Raft logs these records went through are the broker's shared
-	// log (the default, --raft-log wal): each partition keeps only its
-	// term and vote in stable.db, no raft.db.
+	// log (the default, --raft-log wal), and their terms and votes the
+	// broker's shared stable store (DATA/stable.db): a partition's
+	// directory has neither raft.db nor stable.db.
 	dataDirs := map[string]string{}
 	for _, b := range e.Brokers() {
 		dataDirs[b.Name] = b.DataDir
+		if _, err := os.Stat(filepath.Join(b.DataDir, "stable.db")); err != nil {
+			t.Errorf("%s: no shared stable store: %v", b.Name, err)
+		}
 	}
 	for b, dirs := range partitionDirs(t, e, "crash") {
 		for _, d := range dirs {
 			dir := filepath.Join(dataDirs[b], "partitions", d)
-			if _, err := os.Stat(filepath.Join(dir, "stable.db")); err != nil {
-				t.Errorf("%s: %v", dir, err)
+			if _, err := os.Stat(filepath.Join(dir, "stable.db")); err == nil {
+				t.Errorf("%s has a stable.db: its term and vote are not in the shared stable store", dir)
 			}
 			if _, err := os.Stat(filepath.Join(dir, "raft.db")); err == nil {
 				t.Errorf("%s has a raft.db: its Raft log is not in the shared log", dir)
