@@ -48,9 +48,12 @@ func TestBenchKafkaPerf(t *testing.T) {
 		topic := fmt.Sprintf("kperf-%d", topicN)
 		e.CreateTopic(topic, 6, 3, map[string]string{"min.insync.replicas": "2"})
 		o := observe(t, e, profile)
+		pw := watchPlacement(e, topic, 6)
 		r := run(topic)
+		placement := pw.stop(3)
 		fmt.Printf("%-26s %12.0f %8.2f %9.1f %9d %9d %9d %9d %9.0f\n", name, r.recsPerSec, r.mbPerSec, r.avgMs, r.p50, r.p95, r.p99, r.p999, r.maxMs)
 		printProgress(r)
+		fmt.Println(placement)
 		o.print()
 		// Every record acknowledged once: the leaders' high watermarks
 		// reach exactly the count sent (a report may lag, not exceed it).

@@ -60,7 +60,8 @@ func TestSequencerOrdersPipelinedBatches(t *testing.T) {
 		if d := time.Since(start); d != 0 {
 			t.Fatalf("a retry waited %v", d)
 		}
-		// A gap nobody fills: proposed after exactly sequencerWait, and no advance.
+		// A gap nobody fills: proposed after exactly sequencerWait; the
+		// position moves past it, so nothing behind it waits again.
 		start = time.Now()
 		gap := storage.ProducerInfo{ID: 7, BaseSequence: 50}
 		s.waitTurn(context.Background(), 1, gap, known)
@@ -68,17 +69,27 @@ func TestSequencerOrdersPipelinedBatches(t *testing.T) {
 			t.Fatalf("a batch ahead of a gap waited %v, want %v", d, sequencerWait)
 		}
 		s.proposed(1, gap, 1)
-		if pos, _ := s.position(7); pos.next != 20 {
-			t.Fatalf("position after an out-of-order proposal = %d, want 20", pos.next)
+		if pos, _ := s.position(7); pos.next != 51 {
+			t.Fatalf("position after a proposal ahead of a gap = %d, want 51", pos.next)
+		}
+		start = time.Now()
+		s.waitTurn(context.Background(), 1, storage.ProducerInfo{ID: 7, BaseSequence: 20}, known)
+		if d := time.Since(start); d != 0 {
+			t.Fatalf("a late batch behind the position waited %v", d)
 		}
 		// A cancelled request stops waiting at once.
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
-			s.waitTurn(ctx, 1, gap, known)
+			s.waitTurn(ctx, 1, storage.ProducerInfo{ID: 7, BaseSequence: 100}, known)
 			close(done)
 		}()
 		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("a batch ahead of the position did not wait")
+		default:
+		}
 		start = time.Now()
 		cancel()
 		<-done
@@ -141,6 +152,50 @@ func TestSequencerForgetsIdleProducers(t *testing.T) {
 		}
 		if pos, _ := s.position(2); pos.next != 15 {
 			t.Fatalf("producer 2 at %d, want 15", pos.next)
+		}
+	})
+}
+
+// TestSequencerPositionNeverFallsBehind: proposals of one producer can
+// reach proposed in another order than they reached raft.Apply (two
+// batches that timed out in waitTurn and the late predecessor all call
+// Apply at once). Measured on 2026-12-02: batches 12580 and 12728 timed out
+// waiting for 12432, Raft took 12432, 12580, 12728 (all appended), but
+// proposed saw 12728, 12432, 12580, and the position stopped at 12728, a
+// batch never sent again: every later batch of that producer waited
+// sequencerWait, was proposed in timeout order and often refused as out of
+// order, and the partition crawled (600-1,100 records/s) until the
+// producer's epoch changed. The position is the end of the furthest batch
+// proposed, whatever the order the calls arrive in.
+func TestSequencerPositionNeverFallsBehind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSequencer(maxSequencedProducers)
+		known := func(int64) (seqPos, bool) { return seqPos{}, true }
+		batch := func(seq int32) storage.ProducerInfo { return storage.ProducerInfo{ID: 7, BaseSequence: seq} }
+		// 10 and 20 overtook 0 and gave up waiting for it.
+		for _, seq := range []int32{10, 20} {
+			start := time.Now()
+			s.waitTurn(context.Background(), 1, batch(seq), known)
+			if d := time.Since(start); d != sequencerWait {
+				t.Fatalf("batch %d ahead of a gap waited %v, want %v", seq, d, sequencerWait)
+			}
+		}
+		s.waitTurn(context.Background(), 1, batch(0), known)
+		// Raft appended 0, 10, 20; proposed hears of 20, 0, 10.
+		for _, seq := range []int32{20, 0, 10} {
+			s.proposed(1, batch(seq), 10)
+		}
+		if pos, _ := s.position(7); pos.next != 30 {
+			t.Fatalf("position after batches 0-29 were proposed = %d, want 30", pos.next)
+		}
+		// The pipeline goes on without waiting.
+		for seq := int32(30); seq < 80; seq += 10 {
+			start := time.Now()
+			s.waitTurn(context.Background(), 1, batch(seq), known)
+			if d := time.Since(start); d != 0 {
+				t.Fatalf("batch %d, next in line, waited %v", seq, d)
+			}
+			s.proposed(1, batch(seq), 10)
 		}
 	})
 }
