@@ -3,7 +3,6 @@
 package compat
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -121,40 +120,17 @@ func (s *suite) javaTransactions(t *testing.T) {
 	}
 }
 
-// readCommittedInputs reads topic with read_committed (franz-go), from its
-// start until a poll of 15 s brings nothing (its writers have stopped),
-// and counts the records by their input position, the headers
-// in-partition and in-offset as "PARTITION/OFFSET".
+// readCommittedInputs reads topic with read_committed, once its writers
+// have stopped, and counts its records by input position.
 func (tg *target) readCommittedInputs(t *testing.T, topic string) map[string]int {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(tg.bootstrap, ",")...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	read, err := ReadInputPositions(strings.Split(tg.bootstrap, ","), topic, kgo.ReadCommitted(), t.Logf)
 	if err != nil {
-		t.Fatal(err)
+		failf(t, "%v", err)
 	}
-	defer cl.Close()
 	got := map[string]int{}
-	deadline := time.Now().Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		if fs.NumRecords() == 0 {
-			return got
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			var ip, io string
-			for _, h := range r.Headers {
-				switch h.Key {
-				case "in-partition":
-					ip = string(h.Value)
-				case "in-offset":
-					io = string(h.Value)
-				}
-			}
-			got[ip+"/"+io]++
-		})
+	for _, in := range read {
+		got[in]++
 	}
-	failf(t, "reading %s read_committed: still records after 3 minutes", topic)
-	return nil
+	return got
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tapes-dev/tapes/internal/compat"
 	"github.com/tapes-dev/tapes/internal/eventually"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
@@ -289,44 +290,13 @@ func TestKafkaEOSReadProcessWrite(t *testing.T) {
 	}
 }
 
-// readEOSOutput reads eos-out from its start at the isolation level, once
-// nothing writes it any more, until a poll of 15 s finds nothing new, and
-// returns each record's input position "PARTITION/OFFSET".
+// readEOSOutput reads eos-out at the isolation level, once nothing writes
+// it any more, and returns each record's input position "PARTITION/OFFSET".
 func readEOSOutput(t *testing.T, e *testcluster.Env, level kgo.IsolationLevel) []string {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.KafkaBootstrap()...), kgo.FetchIsolationLevel(level),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"eos-out": {0: kgo.NewOffset().AtStart(), 1: kgo.NewOffset().AtStart(), 2: kgo.NewOffset().AtStart()}}))
+	out, err := compat.ReadInputPositions(e.KafkaBootstrap(), "eos-out", level, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	var out []string
-	deadline := time.Now().Add(180 * time.Second)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachError(func(tp string, p int32, err error) {
-			if err != context.DeadlineExceeded {
-				t.Logf("fetch %s-%d: %v", tp, p, err)
-			}
-		})
-		if fs.NumRecords() == 0 {
-			return out
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			var ip, io string
-			for _, h := range r.Headers {
-				switch h.Key {
-				case "in-partition":
-					ip = string(h.Value)
-				case "in-offset":
-					io = string(h.Value)
-				}
-			}
-			out = append(out, ip+"/"+io)
-		})
-	}
-	t.Fatalf("reading eos-out: still records after 180 s (%d read)", len(out))
-	return nil
+	return out
 }
