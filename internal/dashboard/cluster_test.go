@@ -85,6 +85,21 @@ func mustOK(t *testing.T, base, token string, a map[string]any) string {
 	return fmt.Sprint(out["message"])
 }
 
+// buildCluster builds the binaries for a real cluster (skipped with
+// -short) and returns their directory.
+func buildCluster(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a real cluster")
+	}
+	bin, cleanup, err := testcluster.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	return bin
+}
+
 // servePage serves the live page of e's cluster (cfg with its Cluster and
 // Client set) on a loopback port until the test ends, and returns its
 // address and token.
@@ -125,14 +140,7 @@ func servePage(t *testing.T, e *testcluster.Env, cfg Config) (base, token string
 // refused while the consumer is a member and done once it stopped; a
 // one-way cut shows on the links.
 func TestLiveCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real cluster")
-	}
-	bin, cleanup, err := testcluster.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
+	bin := buildCluster(t)
 	e := testcluster.StartLinked(t, bin, 3, testcluster.FastBrokerArgs...)
 	e.CreateTopic("orders", 3, 3, map[string]string{"min.insync.replicas": "2"})
 	base, token := servePage(t, e, Config{Producerd: filepath.Join(bin, "producerd"),

@@ -1,4 +1,4 @@
-package dashboard
+package dashboard_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tapes-dev/tapes/internal/dashboard"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
@@ -20,17 +21,9 @@ import (
 // LSO, given only the committed records, beside its read_uncommitted one
 // at the high watermark, given all eight.
 func TestLiveTransactions(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real cluster")
-	}
-	bin, cleanup, err := testcluster.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
-	e := testcluster.Start(t, bin, 3, testcluster.FastBrokerArgs...)
+	e := testcluster.Start(t, dashboard.BuildCluster(t), 3, testcluster.FastBrokerArgs...)
 	e.CreateTopic("payments", 1, 3, nil)
-	base, _ := servePage(t, e, Config{})
+	base, _ := dashboard.ServePage(t, e, dashboard.Config{})
 
 	p, err := kgo.NewClient(kgo.SeedBrokers(e.KafkaBootstrap()...), kgo.TransactionalID("page-txn"),
 		kgo.TransactionTimeout(5*time.Minute), kgo.RecordRetries(100), kgo.DefaultProduceTopic("payments"))
@@ -40,13 +33,14 @@ func TestLiveTransactions(t *testing.T) {
 	t.Cleanup(p.Close)
 	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer pcancel()
+	commit, abort := kgo.TryCommit, kgo.TryAbort
 	// Offsets: c-0..c-2 at 0-2, the commit marker at 3; a-0..a-2 at 4-6,
 	// the abort marker at 7; o-0, o-1 at 8-9, left open.
 	for _, tx := range []struct {
 		prefix string
 		n      int
 		end    *kgo.TransactionEndTry
-	}{{"c", 3, ptr(kgo.TryCommit)}, {"a", 3, ptr(kgo.TryAbort)}, {"o", 2, nil}} {
+	}{{"c", 3, &commit}, {"a", 3, &abort}, {"o", 2, nil}} {
 		if err := p.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +62,7 @@ func TestLiveTransactions(t *testing.T) {
 	}{{"c-0", "", "committed"}, {"c-1", "", "committed"}, {"c-2", "", "committed"}, {"", "commit", ""},
 		{"a-0", "", "aborted"}, {"a-1", "", "aborted"}, {"a-2", "", "aborted"}, {"", "abort", ""},
 		{"o-0", "", "open"}, {"o-1", "", "open"}}
-	s := waitState(t, base, "the three transactions on the tape of payments", 60*time.Second, func(s *Snapshot) bool {
+	s := dashboard.WaitState(t, base, "the three transactions on the tape of payments", 60*time.Second, func(s *dashboard.Snapshot) bool {
 		return len(s.Topics) == 1 && len(s.Topics[0].Partitions) == 1 && s.Topics[0].Partitions[0].HighWatermark == 10 &&
 			len(s.Topics[0].Partitions[0].Records) == 10
 	})
@@ -88,10 +82,30 @@ func TestLiveTransactions(t *testing.T) {
 	if since := time.UnixMilli(pp.LastStableSince); pp.LastStableSince == 0 || time.Since(since) < 0 || time.Since(since) > time.Minute {
 		t.Errorf("lastStableSince %d: want when the page first saw the LSO at 8", pp.LastStableSince)
 	}
-	wantReaders := []TapeReader{{Isolation: "read_uncommitted", Position: 10, Records: 8, Aborted: 3},
+	wantReaders := []dashboard.TapeReader{{Isolation: "read_uncommitted", Position: 10, Records: 8, Aborted: 3},
 		{Isolation: "read_committed", Position: 8, Records: 3}}
 	if fmt.Sprint(pp.Readers) != fmt.Sprint(wantReaders) {
 		t.Errorf("readers %+v, want %+v", pp.Readers, wantReaders)
+	}
+
+	// The same on the page, in Chromium when there is one.
+	if chrome := chromePath(); chrome != "" {
+		pg := newPage(t, chrome, 2*time.Minute)
+		pg.navigate(base + "/")
+		const tape = `document.querySelector('.tape[data-topic="payments"][data-partition="0"]')`
+		pg.wait("payments-0's transactions on the page", `(() => { const t = `+tape+`; if (!t) return false;
+		  const offs = (sel) => [...t.querySelectorAll(sel)].map(c => c.dataset.offset).join(',');
+		  const lso = t.querySelector('.lso-line');
+		  return offs('.cell.marker.commit') === '3' && offs('.cell.marker.abort') === '7' && offs('.cell.txn-aborted') === '4,5,6' &&
+		    offs('.cell.txn-open') === '8,9' && offs('.cell.txn-committed') === '0,1,2' &&
+		    getComputedStyle(t.querySelector('.cell[data-offset="5"]')).textDecorationLine === 'line-through' &&
+		    lso && lso.dataset.offset === '8' && t.querySelector('.hw-line').dataset.offset === '10' && t.querySelector('.lso-lag').dataset.lag === '2' &&
+		    t.querySelector('.cursor.reader[data-isolation="read_committed"]').dataset.position === '8' &&
+		    t.querySelector('.cursor.reader[data-isolation="read_uncommitted"]').dataset.position === '10' })()`, 30*time.Second)
+		pg.shot("transactions")
+		pg.checkClean()
+	} else {
+		t.Log("no chromium or chrome on $PATH: the page's rendering of the transactions is not checked here (TestBrowserPageFakeServer skips too)")
 	}
 
 	// The open transaction commits: the LSO reaches the high watermark
@@ -99,7 +113,7 @@ func TestLiveTransactions(t *testing.T) {
 	if err := p.EndTransaction(pctx, kgo.TryCommit); err != nil {
 		t.Fatal(err)
 	}
-	s = waitState(t, base, "the open transaction committed", 30*time.Second, func(s *Snapshot) bool {
+	s = dashboard.WaitState(t, base, "the open transaction committed", 30*time.Second, func(s *dashboard.Snapshot) bool {
 		pp := s.Topics[0].Partitions[0]
 		return pp.HighWatermark == 11 && len(pp.Records) == 11 && pp.LastStable == 11
 	})

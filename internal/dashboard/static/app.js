@@ -402,7 +402,7 @@
     const lag = Number(n.dataset.lag || 0);
     const since = Number(n.dataset.since || 0);
     const secs = since > 0 ? Math.max(0, (Date.now() - since) / 1000) : null;
-    setText(n, lag > 0 ? 'LSO lag ' + lag + (secs !== null ? ' · not moved for ' + (secs < 60 ? secs.toFixed(0) + ' s' : (secs / 60).toFixed(1) + ' min') : '') : '');
+    setText(n, lag > 0 ? 'LSO lag ' + lag + (secs !== null ? ' · not moved for ' + (secs < 60 ? secs.toFixed(0) + ' s' : secs < 3600 ? (secs / 60).toFixed(1) + ' min' : (secs / 3600).toFixed(1) + ' h') : '') : '');
     setAttr(n, 'title', 'high watermark − last stable offset: records of open transactions (and all after them) read_committed readers wait for');
   }
   setInterval(() => document.querySelectorAll('.tape .lso-lag:not(.hidden)').forEach(lsoLagText), 1000);
