@@ -179,7 +179,19 @@ func TestLiveCluster(t *testing.T) {
 		if len(pp.ReplicaEnds) != 3 || len(pp.ISR) != 3 {
 			t.Errorf("orders-%d: replica ends %v, ISR %v", pp.Partition, pp.ReplicaEnds, pp.ISR)
 		}
+		// No transactions: the LSO is the high watermark, both readers
+		// read the same (as of the tape's read, at its own high watermark).
+		n := int64(len(pp.Records))
+		if n > 0 && (pp.LastStableLag != 0 || pp.LastStableSince != 0 || len(pp.Readers) != 2 || pp.LastStable > pp.HighWatermark ||
+			pp.Readers[0] != (TapeReader{Isolation: "read_uncommitted", Position: pp.LastStable, Records: n}) ||
+			pp.Readers[1] != (TapeReader{Isolation: "read_committed", Position: pp.LastStable, Records: n})) {
+			t.Errorf("orders-%d without transactions: LSO %d lag %d since %d, readers %+v (high watermark %d, %d records)",
+				pp.Partition, pp.LastStable, pp.LastStableLag, pp.LastStableSince, pp.Readers, pp.HighWatermark, n)
+		}
 		for _, r := range pp.Records {
+			if r.Control != "" || r.Txn != "" {
+				t.Errorf("orders-%d: record %+v marked as a transaction's", pp.Partition, r)
+			}
 			if r.Offset >= pp.HighWatermark || r.EventID == "" || !strings.HasPrefix(r.EventID, "producer-1-") {
 				t.Errorf("orders-%d: record %+v (high watermark %d)", pp.Partition, r, pp.HighWatermark)
 			}

@@ -386,8 +386,8 @@ func (c *collector) readTape(ctx context.Context, tp partKey, hw, start int64) {
 	if from < hw {
 		fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 		ru, err := c.readRange(fctx, tp, from, hw, readUncommitted)
-		var rc rangeRead
-		if err == nil {
+		rc := ru // without transactions in the window the isolation levels read the same
+		if err == nil && (ru.lso < hw || len(ru.markers) > 0 || len(ru.aborted) > 0 || slices.ContainsFunc(ru.recs, (*tapesv1.Record).GetTransactional)) {
 			rc, err = c.readRange(fctx, tp, from, hw, readCommitted)
 		}
 		cancel()
@@ -824,7 +824,7 @@ func (c *collector) topicLocked(t *tapesv1.TopicMetadata) Topic {
 		}
 		pp.LastStable, pp.Readers = -1, []TapeReader{}
 		if tp, ok := c.tapes[tp]; ok {
-			pp.Records, pp.LastStable, pp.Readers = tp.records, tp.lso, tp.readers
+			pp.Records, pp.LastStable, pp.LastStableLag, pp.Readers = tp.records, tp.lso, tp.hw-tp.lso, tp.readers
 			if !tp.lsoSince.IsZero() {
 				pp.LastStableSince = tp.lsoSince.UnixMilli()
 			}

@@ -66,6 +66,11 @@ type Partition struct {
 	// oldest open transaction, the high watermark when none is open (-1:
 	// unknown). read_committed readers stop there.
 	LastStable int64 `json:"lastStable"`
+	// LastStableLag is the high watermark − the last stable offset as of
+	// the tape's read (the tape is read at its own high watermark, which
+	// the partition's may have passed since): 0 while no transaction is
+	// open.
+	LastStableLag int64 `json:"lastStableLag"`
 	// LastStableSince is when (milliseconds since the epoch) the page
 	// first saw the last stable offset at its value while below the high
 	// watermark: how long it has not moved (a hanging transaction); 0

@@ -76,8 +76,8 @@ func TestLiveTransactions(t *testing.T) {
 			t.Errorf("offset %d: producer %d, the first record's %d", i, r.ProducerID, pp.Records[0].ProducerID)
 		}
 	}
-	if pp.LastStable != 8 {
-		t.Errorf("last stable offset %d, want 8 (the open transaction's first offset)", pp.LastStable)
+	if pp.LastStable != 8 || pp.LastStableLag != 2 {
+		t.Errorf("last stable offset %d lag %d, want 8 (the open transaction's first offset) and 2", pp.LastStable, pp.LastStableLag)
 	}
 	if since := time.UnixMilli(pp.LastStableSince); pp.LastStableSince == 0 || time.Since(since) < 0 || time.Since(since) > time.Minute {
 		t.Errorf("lastStableSince %d: want when the page first saw the LSO at 8", pp.LastStableSince)
@@ -115,7 +115,7 @@ func TestLiveTransactions(t *testing.T) {
 	}
 	s = dashboard.WaitState(t, base, "the open transaction committed", 30*time.Second, func(s *dashboard.Snapshot) bool {
 		pp := s.Topics[0].Partitions[0]
-		return pp.HighWatermark == 11 && len(pp.Records) == 11 && pp.LastStable == 11
+		return pp.HighWatermark == 11 && len(pp.Records) == 11 && pp.LastStable == 11 && pp.LastStableLag == 0
 	})
 	pp = s.Topics[0].Partitions[0]
 	if pp.Records[8].Txn != "committed" || pp.Records[9].Txn != "committed" || pp.Records[10].Control != "commit" || pp.LastStableSince != 0 {

@@ -233,10 +233,12 @@
 
     // The last stable offset: read_committed readers stop there; its lag
     // behind the high watermark and for how long it has not moved.
-    const lso = num(p.lastStable, -1) >= 0 ? num(p.lastStable) : null;
+    // Both as of the tape's read; with no transaction open the LSO is the
+    // high watermark, so it is drawn on the partition's current one.
+    const lagN = Math.max(0, num(p.lastStableLag, 0));
+    const lso = num(p.lastStable, -1) < 0 ? null : lagN > 0 || w.hw === null ? num(p.lastStable) : w.hw;
     setData(node, 'lso', lso === null ? '' : lso);
     const lag = $('.lso-lag', node);
-    const lagN = lso !== null && w.hw !== null ? w.hw - lso : 0;
     setData(lag, 'lag', lagN);
     setData(lag, 'since', lagN > 0 && isNum(p.lastStableSince) ? Number(p.lastStableSince) : '');
     toggle(lag, 'hidden', lagN <= 0);
@@ -334,7 +336,7 @@
 
     // Lines: the high watermark and each group's committed offset.
     const lines = w.hw === null ? [] : [{ kind: 'hw', off: w.hw, label: w.hw < w.from ? 'HW ' + w.hw : '' }];
-    if (lso !== null) lines.push({ kind: 'lso', off: lso, label: lso < num(w.hw, lso) ? 'LSO ' + lso : '' });
+    if (lso !== null) lines.push({ kind: 'lso', off: lso, label: lagN > 0 ? 'LSO ' + lso : '' });
     for (const g of arr(snap.groups).map(obj)) {
       const c = obj(obj(g.committed)[topic])[String(part)];
       if (isNum(c)) lines.push({ kind: 'committed', group: str(g.group), off: Number(c), label: str(g.group) + ' committed ' + c });
@@ -348,7 +350,7 @@
         setData(ln, 'offset', l.off);
         if (l.group !== undefined) setData(ln, 'group', l.group);
         setText(ln.firstChild, (off ? '◀ ' : '') + l.label);
-        if (l.kind === 'lso') toggle(ln, 'at-hw', l.off === w.hw);
+        if (l.kind === 'lso') toggle(ln, 'at-hw', lagN === 0);
         setAttr(ln, 'title', l.kind === 'hw' ? 'high watermark ' + l.off + ': records below it are committed (on every ISR replica)' :
           l.kind === 'lso' ? 'last stable offset ' + l.off + ': the first offset of the oldest open transaction (the high watermark when none is open); read_committed readers stop here' :
           'group ' + l.group + ' committed offset ' + l.off);
