@@ -19,7 +19,8 @@ import (
 // stable offset at the open transaction's first offset (lagging the high
 // watermark since a time), and the page's read_committed reader at the
 // LSO, given only the committed records, beside its read_uncommitted one
-// at the high watermark, given all eight.
+// at the high watermark, given all eight; records written after the open
+// transaction grow the lag, not the LSO's time; its commit ends the lag.
 func TestLiveTransactions(t *testing.T) {
 	e := testcluster.Start(t, dashboard.BuildCluster(t), 3, testcluster.FastBrokerArgs...)
 	e.CreateTopic("payments", 1, 3, nil)
@@ -108,6 +109,20 @@ func TestLiveTransactions(t *testing.T) {
 		t.Log("no chromium or chrome on $PATH: the page's rendering of the transactions is not checked here (TestBrowserPageFakeServer skips too)")
 	}
 
+	// A hanging transaction: records written after it (10-11, outside
+	// transactions) move the high watermark, not the LSO, which keeps the
+	// time it stopped at; read_committed readers wait at it.
+	since := pp.LastStableSince
+	e.ProduceN("payments", 0, "plain", 2)
+	s = dashboard.WaitState(t, base, "two more records behind the open transaction", 30*time.Second, func(s *dashboard.Snapshot) bool {
+		return s.Topics[0].Partitions[0].LastStableLag == 4
+	})
+	pp = s.Topics[0].Partitions[0]
+	if pp.LastStable != 8 || pp.LastStableSince != since || len(pp.Records) != 12 || pp.Records[10].Txn != "" || pp.Records[11].Txn != "" ||
+		pp.Readers[1] != (dashboard.TapeReader{Isolation: "read_committed", Position: 8, Records: 3}) {
+		t.Errorf("behind the open transaction: LSO %d since %d (was %d), records %+v, readers %+v", pp.LastStable, pp.LastStableSince, since, pp.Records[10:], pp.Readers)
+	}
+
 	// The open transaction commits: the LSO reaches the high watermark
 	// (past the new marker), its records are committed, the lag is gone.
 	if err := p.EndTransaction(pctx, kgo.TryCommit); err != nil {
@@ -115,13 +130,13 @@ func TestLiveTransactions(t *testing.T) {
 	}
 	s = dashboard.WaitState(t, base, "the open transaction committed", 30*time.Second, func(s *dashboard.Snapshot) bool {
 		pp := s.Topics[0].Partitions[0]
-		return pp.HighWatermark == 11 && len(pp.Records) == 11 && pp.LastStable == 11 && pp.LastStableLag == 0
+		return pp.HighWatermark == 13 && len(pp.Records) == 13 && pp.LastStable == 13 && pp.LastStableLag == 0
 	})
 	pp = s.Topics[0].Partitions[0]
-	if pp.Records[8].Txn != "committed" || pp.Records[9].Txn != "committed" || pp.Records[10].Control != "commit" || pp.LastStableSince != 0 {
-		t.Errorf("after the commit: %+v %+v %+v, lastStableSince %d", pp.Records[8], pp.Records[9], pp.Records[10], pp.LastStableSince)
+	if pp.Records[8].Txn != "committed" || pp.Records[9].Txn != "committed" || pp.Records[12].Control != "commit" || pp.LastStableSince != 0 {
+		t.Errorf("after the commit: %+v %+v %+v, lastStableSince %d", pp.Records[8], pp.Records[9], pp.Records[12], pp.LastStableSince)
 	}
-	if r := pp.Readers[1]; r.Position != 11 || r.Records != 5 {
-		t.Errorf("read_committed reader after the commit: %+v, want position 11 and 5 records", r)
+	if r := pp.Readers[1]; r.Position != 13 || r.Records != 7 {
+		t.Errorf("read_committed reader after the commit: %+v, want position 13 and 7 records", r)
 	}
 }
