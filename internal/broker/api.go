@@ -476,6 +476,17 @@ func (a *api) Fetch(ctx context.Context, req *tapesv1.FetchRequest) (resp *tapes
 		LastStableOffset: res.LastStable, NextOffset: res.NextOffset, Records: make([]*tapesv1.Record, len(res.Records))}
 	for i, rec := range res.Records {
 		out.Records[i] = toProto(rec)
+		if id, ok := replication.Transactional(res.TxnBatches, rec.Offset); ok {
+			out.Records[i].Transactional, out.Records[i].ProducerId = true, id
+		}
+	}
+	for _, a := range res.Aborted {
+		out.AbortedTransactions = append(out.AbortedTransactions,
+			&tapesv1.FetchAbortedTransaction{ProducerId: a.ProducerID, FirstOffset: a.FirstOffset, LastOffset: a.LastOffset})
+	}
+	for _, m := range res.Markers {
+		out.Markers = append(out.Markers, &tapesv1.FetchTransactionMarker{Offset: m.Offset, ProducerId: m.ProducerID,
+			ProducerEpoch: int32(m.ProducerEpoch), Commit: m.Commit})
 	}
 	return out, nil
 }

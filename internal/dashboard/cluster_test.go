@@ -85,12 +85,10 @@ func mustOK(t *testing.T, base, token string, a map[string]any) string {
 	return fmt.Sprint(out["message"])
 }
 
-// TestLiveCluster: against real brokers, a producer and a consumer
-// started through /api/action show in /api/state, with the records on the
-// tapes, the group, the sink's counters and the CLI's texts; a reset is
-// refused while the consumer is a member and done once it stopped; a
-// one-way cut shows on the links.
-func TestLiveCluster(t *testing.T) {
+// buildCluster builds the binaries for a real cluster (skipped with
+// -short) and returns their directory.
+func buildCluster(t *testing.T) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a real cluster")
 	}
@@ -99,16 +97,22 @@ func TestLiveCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cleanup)
-	e := testcluster.StartLinked(t, bin, 3, testcluster.FastBrokerArgs...)
-	e.CreateTopic("orders", 3, 3, map[string]string{"min.insync.replicas": "2"})
+	return bin
+}
+
+// servePage serves the live page of e's cluster (cfg with its Cluster and
+// Client set) on a loopback port until the test ends, and returns its
+// address and token.
+func servePage(t *testing.T, e *testcluster.Env, cfg Config) (base, token string) {
+	t.Helper()
 	cl, err := client.New(client.Config{Bootstrap: e.C.Bootstrap(), AddressMap: map[string]string{},
 		RequestTimeout: time.Second, MetadataMaxAge: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
-	srv, err := New(Config{Cluster: e.C, Client: cl, Producerd: filepath.Join(bin, "producerd"),
-		Consumerd: filepath.Join(bin, "consumerd"), Chaos: filepath.Join(bin, "chaos")})
+	cfg.Cluster, cfg.Client = e.C, cl
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +131,20 @@ func TestLiveCluster(t *testing.T) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	base, token := "http://"+lis.Addr().String(), srv.Token()
+	return "http://" + lis.Addr().String(), srv.Token()
+}
+
+// TestLiveCluster: against real brokers, a producer and a consumer
+// started through /api/action show in /api/state, with the records on the
+// tapes, the group, the sink's counters and the CLI's texts; a reset is
+// refused while the consumer is a member and done once it stopped; a
+// one-way cut shows on the links.
+func TestLiveCluster(t *testing.T) {
+	bin := buildCluster(t)
+	e := testcluster.StartLinked(t, bin, 3, testcluster.FastBrokerArgs...)
+	e.CreateTopic("orders", 3, 3, map[string]string{"min.insync.replicas": "2"})
+	base, token := servePage(t, e, Config{Producerd: filepath.Join(bin, "producerd"),
+		Consumerd: filepath.Join(bin, "consumerd"), Chaos: filepath.Join(bin, "chaos")})
 
 	s := waitState(t, base, "3 brokers and the tapes of orders", 20*time.Second, func(s *Snapshot) bool {
 		return len(s.Brokers) == 3 && len(s.Topics) == 1 && len(s.Topics[0].Partitions) == 3 && s.Topics[0].Partitions[0].Leader > 0
@@ -162,7 +179,19 @@ func TestLiveCluster(t *testing.T) {
 		if len(pp.ReplicaEnds) != 3 || len(pp.ISR) != 3 {
 			t.Errorf("orders-%d: replica ends %v, ISR %v", pp.Partition, pp.ReplicaEnds, pp.ISR)
 		}
+		// No transactions: the LSO is the high watermark, both readers
+		// read the same (as of the tape's read, at its own high watermark).
+		n := int64(len(pp.Records))
+		if n > 0 && (pp.LastStableLag != 0 || pp.LastStableSince != 0 || len(pp.Readers) != 2 || pp.LastStable > pp.HighWatermark ||
+			pp.Readers[0] != (TapeReader{Isolation: "read_uncommitted", Position: pp.LastStable, Records: n}) ||
+			pp.Readers[1] != (TapeReader{Isolation: "read_committed", Position: pp.LastStable, Records: n})) {
+			t.Errorf("orders-%d without transactions: LSO %d lag %d since %d, readers %+v (high watermark %d, %d records)",
+				pp.Partition, pp.LastStable, pp.LastStableLag, pp.LastStableSince, pp.Readers, pp.HighWatermark, n)
+		}
 		for _, r := range pp.Records {
+			if r.Control != "" || r.Txn != "" {
+				t.Errorf("orders-%d: record %+v marked as a transaction's", pp.Partition, r)
+			}
 			if r.Offset >= pp.HighWatermark || r.EventID == "" || !strings.HasPrefix(r.EventID, "producer-1-") {
 				t.Errorf("orders-%d: record %+v (high watermark %d)", pp.Partition, r, pp.HighWatermark)
 			}

@@ -104,6 +104,11 @@ type tape struct {
 	hw, logStart int64
 	records      []Record
 	ok           bool
+	// lso is the last stable offset the read saw; lsoSince when it was
+	// first seen at that value below the high watermark (zero otherwise).
+	lso      int64
+	lsoSince time.Time
+	readers  []TapeReader
 }
 
 type stampKey struct {
@@ -377,10 +382,14 @@ func (c *collector) readTape(ctx context.Context, tp partKey, hw, start int64) {
 		return
 	}
 	from := max(start, hw-RecordsPerTape)
-	t := &tape{hw: hw, logStart: start, ok: true, records: []Record{}}
+	t := &tape{hw: hw, logStart: start, ok: true, records: []Record{}, lso: hw, readers: []TapeReader{}}
 	if from < hw {
 		fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
-		recs, _, err := c.readRange(fctx, tp, from, hw)
+		ru, err := c.readRange(fctx, tp, from, hw, readUncommitted)
+		rc := ru // without transactions in the window the isolation levels read the same
+		if err == nil && (ru.lso < hw || len(ru.markers) > 0 || len(ru.aborted) > 0 || slices.ContainsFunc(ru.recs, (*tapesv1.Record).GetTransactional)) {
+			rc, err = c.readRange(fctx, tp, from, hw, readCommitted)
+		}
 		cancel()
 		if err != nil {
 			c.log.Debug("dashboard: read tape", "partition", tp.String(), "err", err)
@@ -389,8 +398,13 @@ func (c *collector) readTape(ctx context.Context, tp partKey, hw, start int64) {
 			}
 			return
 		}
-		for _, r := range recs {
-			t.records = append(t.records, toRecord(r))
+		t.records, t.readers = tapeRecords(ru, rc)
+		t.lso = min(ru.lso, hw)
+	}
+	if t.lso < hw {
+		t.lsoSince = time.Now()
+		if old != nil && old.lso == t.lso && !old.lsoSince.IsZero() {
+			t.lsoSince = old.lsoSince
 		}
 	}
 	c.mu.Lock()
@@ -398,28 +412,121 @@ func (c *collector) readTape(ctx context.Context, tp partKey, hw, start int64) {
 	c.mu.Unlock()
 }
 
+// Fetch isolation levels (tapesv1.FetchRequest.isolation_level).
+const (
+	readUncommitted int32 = 0
+	readCommitted   int32 = 1
+)
+
+// rangeRead is what readRange read: the records, the transaction markers
+// and the aborted transactions the fetches listed, the offset after the
+// last record read (reached) and the last stable offset the last fetch
+// answered (-1 when none answered).
+type rangeRead struct {
+	recs    []*tapesv1.Record
+	markers []*tapesv1.FetchTransactionMarker
+	aborted []*tapesv1.FetchAbortedTransaction
+	reached int64
+	lso     int64
+}
+
 // readRange reads the records of [from, to) (to at most the high
-// watermark), as far as a few fetches get; reached is the offset after
-// the last record read.
-func (c *collector) readRange(ctx context.Context, tp partKey, from, to int64) (recs []*tapesv1.Record, reached int64, err error) {
-	reached = from
-	for i := 0; i < 16 && reached < to; i++ {
-		resp, err := c.cl.Fetch(ctx, &tapesv1.FetchRequest{Topic: tp.topic, Partition: tp.p, Offset: reached, MaxBytes: 1 << 20})
+// watermark) at an isolation level, as far as a few fetches get.
+func (c *collector) readRange(ctx context.Context, tp partKey, from, to int64, isolation int32) (rangeRead, error) {
+	rr := rangeRead{reached: from, lso: -1}
+	seen := map[[2]int64]bool{}
+	for i := 0; i < 16 && rr.reached < to; i++ {
+		resp, err := c.cl.Fetch(ctx, &tapesv1.FetchRequest{Topic: tp.topic, Partition: tp.p, Offset: rr.reached, MaxBytes: 1 << 20, IsolationLevel: isolation})
 		if err != nil {
-			return recs, reached, err
+			return rr, err
 		}
-		next := min(client.NextOffset(resp, reached), max(to, reached))
+		rr.lso = resp.GetLastStableOffset()
+		next := min(client.NextOffset(resp, rr.reached), max(to, rr.reached))
 		for _, r := range resp.GetRecords() {
-			if r.GetOffset() >= reached && r.GetOffset() < to {
-				recs = append(recs, r)
+			if r.GetOffset() >= rr.reached && r.GetOffset() < to {
+				rr.recs = append(rr.recs, r)
 			}
 		}
-		if next == reached {
+		for _, m := range resp.GetMarkers() {
+			if m.GetOffset() >= rr.reached && m.GetOffset() < to {
+				rr.markers = append(rr.markers, m)
+			}
+		}
+		for _, a := range resp.GetAbortedTransactions() {
+			if k := [2]int64{a.GetProducerId(), a.GetFirstOffset()}; !seen[k] {
+				seen[k] = true
+				rr.aborted = append(rr.aborted, a)
+			}
+		}
+		if next == rr.reached {
 			break // nothing more to read
 		}
-		reached = next
+		rr.reached = next
 	}
-	return recs, reached, nil
+	return rr, nil
+}
+
+// tapeRecords are a tape's cells from its read_uncommitted read (ru):
+// the records, each transactional one marked with its transaction's
+// outcome, and the markers as cells of their own, in offset order; and
+// the two readers, ru and the read_committed read rc of the same window.
+func tapeRecords(ru, rc rangeRead) ([]Record, []TapeReader) {
+	out := make([]Record, 0, len(ru.recs)+len(ru.markers))
+	uncommitted := TapeReader{Isolation: "read_uncommitted", Position: ru.reached, Records: int64(len(ru.recs))}
+	ms := ru.markers
+	for _, r := range ru.recs {
+		for len(ms) > 0 && ms[0].GetOffset() < r.GetOffset() {
+			out = append(out, markerRecord(ms[0]))
+			ms = ms[1:]
+		}
+		rec := toRecord(r)
+		if r.GetTransactional() {
+			rec.ProducerID = r.GetProducerId()
+			rec.Txn = txnOutcome(r, ru.aborted, ms)
+			if rec.Txn == "aborted" {
+				uncommitted.Aborted++
+			}
+		}
+		out = append(out, rec)
+	}
+	for _, m := range ms {
+		out = append(out, markerRecord(m))
+	}
+	committed := TapeReader{Isolation: "read_committed", Position: rc.reached, Records: int64(len(rc.recs))}
+	if rc.lso >= 0 {
+		committed.Position = min(rc.reached, rc.lso) // a window that starts above the LSO: the reader waits at the LSO
+	}
+	return out, []TapeReader{uncommitted, committed}
+}
+
+// txnOutcome is a transactional record's transaction: "aborted" when the
+// fetch listed it among the aborted transactions (Kafka's rule: its
+// producer's, at or after the first offset and before the abort marker),
+// else as the next marker of its producer says (later: the markers after
+// r, in offset order), "open" while there is none.
+func txnOutcome(r *tapesv1.Record, aborted []*tapesv1.FetchAbortedTransaction, later []*tapesv1.FetchTransactionMarker) string {
+	for _, a := range aborted {
+		if a.GetProducerId() == r.GetProducerId() && a.GetFirstOffset() <= r.GetOffset() && r.GetOffset() < a.GetLastOffset() {
+			return "aborted"
+		}
+	}
+	for _, m := range later {
+		if m.GetProducerId() == r.GetProducerId() {
+			if m.GetCommit() {
+				return "committed"
+			}
+			return "aborted"
+		}
+	}
+	return "open"
+}
+
+func markerRecord(m *tapesv1.FetchTransactionMarker) Record {
+	out := Record{Offset: m.GetOffset(), Control: "abort", ProducerID: m.GetProducerId()}
+	if m.GetCommit() {
+		out.Control = "commit"
+	}
+	return out
 }
 
 func toRecord(r *tapesv1.Record) Record {
@@ -460,8 +567,9 @@ func (c *collector) verify(ctx context.Context, tp partKey, hw, start int64, emi
 	}
 	to := min(hw, from+verifyChunk)
 	fctx, cancel := context.WithTimeout(ctx, 2*fetchTimeout)
-	recs, reached, err := c.readRange(fctx, tp, from, to)
+	rr, err := c.readRange(fctx, tp, from, to, readUncommitted)
 	cancel()
+	recs, reached := rr.recs, rr.reached
 	if err != nil && reached == from {
 		return
 	}
@@ -487,7 +595,7 @@ func (c *collector) timestamp(ctx context.Context, tp partKey, off int64) (int64
 	}
 	if t := c.tapes[tp]; t != nil {
 		for _, r := range t.records {
-			if r.Offset == off {
+			if r.Offset == off && r.Control == "" {
 				c.mu.Unlock()
 				return r.Timestamp, true
 			}
@@ -714,8 +822,12 @@ func (c *collector) topicLocked(t *tapesv1.TopicMetadata) Topic {
 		for id, end := range c.ends[tp] {
 			pp.ReplicaEnds[id] = end
 		}
+		pp.LastStable, pp.Readers = -1, []TapeReader{}
 		if tp, ok := c.tapes[tp]; ok {
-			pp.Records = tp.records
+			pp.Records, pp.LastStable, pp.LastStableLag, pp.Readers = tp.records, tp.lso, tp.hw-tp.lso, tp.readers
+			if !tp.lsoSince.IsZero() {
+				pp.LastStableSince = tp.lsoSince.UnixMilli()
+			}
 		}
 		out.Partitions = append(out.Partitions, pp)
 	}

@@ -65,7 +65,8 @@
 //	{ "at": RFC 3339, "dir": "...",
 //	  "brokers": [{"id","name","address","state":"running|paused|exited|never started","pid","controller","lastExit"}],
 //	  "topics": [{"name","partitions":[{"partition","leader","epoch","replicas","isr","logStart","highWatermark",
-//	      "replicaEnds":{"1":120,...},"records":[{"offset","key","value","eventId","timestamp"}],"error"}]}],
+//	      "replicaEnds":{"1":120,...},"records":[{"offset","key","value","eventId","timestamp","control","txn","producerId"}],
+//	      "lastStable","lastStableLag","lastStableSince","readers":[{"isolation","position","records","aborted"}],"error"}]}],
 //	  "groups": [{"group","state","generation","assignor","coordinator",
 //	      "members":[{"memberId","clientId","host","partitions":[..],"assignment"}],
 //	      "committed":{"orders":{"0":100}},"totalLag"}],
@@ -84,6 +85,13 @@
 //	  "experiments": [{"name","about","defaultDuration"}],
 //	  "runs": [{"name","dir","state":"running|passed|failed","report","started"}] }
 //
+// A record's "control" is "commit" or "abort" for a transaction marker
+// (its own cell), "txn" "committed", "aborted" or "open" for a
+// transactional record; "lastStable" is the partition's last stable
+// offset and "lastStableLag" the high watermark minus it, both as of the
+// tape's read; "lastStableSince" when (ms) the page first saw it at its value
+// below the high watermark (0 when equal); "readers" are the page's own
+// read_uncommitted and read_committed reads of the tape's window.
 // Topics leave out internal ones (__consumer_offsets); "describeTopics"
 // has them, as `cluster topics describe` does. Records carry their value
 // cut to ValueChars characters and a null key when keyless. A sink

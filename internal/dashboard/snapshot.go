@@ -59,8 +59,27 @@ type Partition struct {
 	HighWatermark int64   `json:"highWatermark"` // -1: unknown
 	// ReplicaEnds is each answering replica's log end offset, by broker id.
 	ReplicaEnds map[int32]int64 `json:"replicaEnds"`
-	// Records are the last RecordsPerTape records below the high watermark.
+	// Records are the last RecordsPerTape records below the high watermark,
+	// transaction markers as records of their own (Control set).
 	Records []Record `json:"records"`
+	// LastStable is the last stable offset: the first offset of the
+	// oldest open transaction, the high watermark when none is open (-1:
+	// unknown). read_committed readers stop there.
+	LastStable int64 `json:"lastStable"`
+	// LastStableLag is the high watermark − the last stable offset as of
+	// the tape's read (the tape is read at its own high watermark, which
+	// the partition's may have passed since): 0 while no transaction is
+	// open.
+	LastStableLag int64 `json:"lastStableLag"`
+	// LastStableSince is when (milliseconds since the epoch) the page
+	// first saw the last stable offset at its value while below the high
+	// watermark: how long it has not moved (a hanging transaction); 0
+	// when it equals the high watermark.
+	LastStableSince int64 `json:"lastStableSince"`
+	// Readers are the page's own two readers of the tape, read_uncommitted
+	// then read_committed, each reading the tape's window as a consumer of
+	// that isolation level does.
+	Readers []TapeReader `json:"readers"`
 	// Error is the partition's Kafka error name (LEADER_NOT_AVAILABLE).
 	Error string `json:"error,omitempty"`
 }
@@ -73,6 +92,30 @@ type Record struct {
 	Value     string `json:"value"`
 	EventID   string `json:"eventId"`
 	Timestamp int64  `json:"timestamp"` // milliseconds since the epoch
+	// Control is "commit" or "abort" for a transaction marker (a control
+	// record, no key, value or event id), "" for a data record.
+	Control string `json:"control,omitempty"`
+	// Txn is a transactional record's transaction as of the read:
+	// "committed" (its producer's commit marker follows it), "aborted"
+	// (in the partition's aborted transactions, which read_committed
+	// readers drop) or "open" (no marker yet: at or above the last stable
+	// offset, pending); "" for a record outside transactions.
+	Txn string `json:"txn,omitempty"`
+	// ProducerID is the producer of a transactional record or a marker.
+	ProducerID int64 `json:"producerId,omitempty"`
+}
+
+// TapeReader is one of the page's readers of a tape's window.
+type TapeReader struct {
+	// Isolation is "read_uncommitted" or "read_committed".
+	Isolation string `json:"isolation"`
+	// Position is where its next fetch begins: the high watermark for
+	// read_uncommitted, the last stable offset for read_committed.
+	Position int64 `json:"position"`
+	// Records is how many records of the window it was given; Aborted how
+	// many of them belong to aborted transactions (0 read_committed).
+	Records int64 `json:"records"`
+	Aborted int64 `json:"aborted"`
 }
 
 // Group is one consumer group as its coordinator describes it.

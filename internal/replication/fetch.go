@@ -3,10 +3,12 @@ package replication
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/metadata"
+	"github.com/tapes-dev/tapes/internal/recordbatch"
 	"github.com/tapes-dev/tapes/internal/storage"
 )
 
@@ -25,6 +27,48 @@ type FetchResult struct {
 	// does not ask again for what it was not given; the offset asked for
 	// when nothing was read.
 	NextOffset int64
+	// Markers are the control batches (transaction markers) read, which
+	// Records leave out, in offset order.
+	Markers []FetchedMarker
+	// TxnBatches are the transactional data batches read, in offset order
+	// (read_committed, the aborted ones too): which records are
+	// transactional, and whose.
+	TxnBatches []TxnBatch
+	// Aborted are the aborted transactions overlapping what was read (the
+	// offset asked for to NextOffset), at both isolation levels
+	// (AbortedTxns, the index read_committed drops records by).
+	Aborted []AbortedTxn
+}
+
+// FetchedMarker is a transaction marker read at Offset.
+type FetchedMarker struct {
+	Offset int64
+	recordbatch.Marker
+}
+
+// TxnBatch is a transactional data batch: its producer and offsets.
+type TxnBatch struct {
+	ProducerID int64
+	BaseOffset int64
+	NextOffset int64
+}
+
+// Transactional reports whether the record at off is in one of bs (in
+// offset order), and the batch's producer id.
+func Transactional(bs []TxnBatch, off int64) (producerID int64, ok bool) {
+	i, found := slices.BinarySearchFunc(bs, off, func(b TxnBatch, off int64) int {
+		switch {
+		case b.NextOffset <= off:
+			return -1
+		case b.BaseOffset > off:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		return 0, false
+	}
+	return bs[i].ProducerID, true
 }
 
 // HighWatermark is the end of the committed, applied log: the replica's
@@ -49,6 +93,8 @@ func (r *Replica) FetchIsolated(ctx context.Context, offset int64, maxBytes int,
 	}
 	deadline := time.NewTimer(maxWait)
 	defer deadline.Stop()
+	first := offset
+	var read txnRead // across the rounds: what a round without records skipped
 	for {
 		changed := r.fsm.changed()
 		hw, start := r.log.EndOffset(), r.log.StartOffset()
@@ -58,7 +104,7 @@ func (r *Replica) FetchIsolated(ctx context.Context, offset int64, maxBytes int,
 		res := FetchResult{HighWatermark: hw, LastStable: r.LastStableOffset(), LogStart: start, Epoch: int64(term), NextOffset: offset}
 		upTo := r.upTo(hw, isolation)
 		for res.NextOffset < upTo && len(res.Records) == 0 {
-			recs, next, err := r.readRecords(res.NextOffset, maxBytes, upTo, isolation)
+			recs, next, err := r.readRecords(res.NextOffset, maxBytes, upTo, isolation, &read)
 			if errors.Is(err, storage.ErrOffsetOutOfRange) {
 				// Retention moved the start between the check and the read.
 				return FetchResult{}, kerr.OutOfRange(offset, r.log.StartOffset(), hw)
@@ -72,14 +118,14 @@ func (r *Replica) FetchIsolated(ctx context.Context, offset int64, maxBytes int,
 			res.Records, res.NextOffset = recs, next
 		}
 		if len(res.Records) > 0 {
-			return res, nil
+			return r.withTxns(res, first, read), nil
 		}
 		select {
 		case <-changed:
 		case <-deadline.C:
-			return res, nil
+			return r.withTxns(res, first, read), nil
 		case <-ctx.Done():
-			return res, nil
+			return r.withTxns(res, first, read), nil
 		case <-r.stop:
 			return FetchResult{}, r.notLeader("is closing its replica")
 		}
@@ -90,12 +136,29 @@ func (r *Replica) FetchIsolated(ctx context.Context, offset int64, maxBytes int,
 	}
 }
 
+// txnRead is what a fetch read of transactions besides its records.
+type txnRead struct {
+	markers []FetchedMarker
+	batches []TxnBatch
+}
+
+// withTxns sets res's transaction fields: read's markers and batches, and
+// the aborted transactions overlapping [first, res.NextOffset).
+func (r *Replica) withTxns(res FetchResult, first int64, read txnRead) FetchResult {
+	res.Markers, res.TxnBatches = read.markers, read.batches
+	if res.NextOffset > first {
+		res.Aborted = r.AbortedTxns(first, res.NextOffset)
+	}
+	return res
+}
+
 // readRecords reads the data records of the whole batches from offset
 // (the first holding it) that end at or below upTo, within maxBytes of
-// stored batches (the first however large): control batches skipped, and
-// read_committed the batches of aborted transactions. next is the offset
-// after the last batch read.
-func (r *Replica) readRecords(offset int64, maxBytes int, upTo int64, isolation IsolationLevel) (recs []storage.Record, next int64, err error) {
+// stored batches (the first however large): control batches skipped
+// (added to read's markers), and read_committed the batches of aborted
+// transactions; the transactional batches are added to read's batches.
+// next is the offset after the last batch read.
+func (r *Replica) readRecords(offset int64, maxBytes int, upTo int64, isolation IsolationLevel, read *txnRead) (recs []storage.Record, next int64, err error) {
 	bs, err := r.log.ReadBatches(offset, maxBytes, upTo, true)
 	if err != nil {
 		return nil, offset, err
@@ -108,9 +171,19 @@ func (r *Replica) readRecords(offset int64, maxBytes int, upTo int64, isolation 
 	for _, sb := range bs {
 		next = sb.NextOffset()
 		if sb.Batch.Control() {
+			kb, _ := sb.Batch.Kafka()
+			m, err := recordbatch.ParseMarker(kb)
+			if err != nil {
+				return recs, next, err
+			}
+			read.markers = append(read.markers, FetchedMarker{Offset: sb.BaseOffset, Marker: m})
 			continue
 		}
-		if p := sb.Batch.Producer(); len(aborted) > 0 && sb.Batch.Transactional() && abortedBatch(aborted, p.ID, sb.BaseOffset) {
+		p := sb.Batch.Producer()
+		if sb.Batch.Transactional() {
+			read.batches = append(read.batches, TxnBatch{ProducerID: p.ID, BaseOffset: sb.BaseOffset, NextOffset: next})
+		}
+		if len(aborted) > 0 && sb.Batch.Transactional() && abortedBatch(aborted, p.ID, sb.BaseOffset) {
 			continue
 		}
 		rs, err := sb.Batch.Records(sb.BaseOffset)

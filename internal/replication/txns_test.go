@@ -271,9 +271,26 @@ func TestWriteMarkerAndIsolation(t *testing.T) {
 	if want := []string{"a", "p1-s0", "p1-s1", "p2-s0", "p2-s1"}; err != nil || !slices.Equal(values(res), want) {
 		t.Fatalf("read_uncommitted after the markers: %q, %v; want %q", values(res), err, want)
 	}
+	// What the page draws: the markers read, the transactional batches and
+	// the aborted transactions, at both isolation levels.
+	for _, iso := range []IsolationLevel{ReadUncommitted, ReadCommitted} {
+		res, err = r.FetchIsolated(ctx, 0, 1<<20, 0, iso)
+		markers := fmt.Sprint(res.Markers)
+		if err != nil || markers != "[{5 {1 0 false 1}} {6 {2 0 true 0}}]" ||
+			!slices.Equal(res.TxnBatches, []TxnBatch{{ProducerID: 1, BaseOffset: 1, NextOffset: 3}, {ProducerID: 2, BaseOffset: 3, NextOffset: 5}}) ||
+			!slices.Equal(res.Aborted, []AbortedTxn{{ProducerID: 1, FirstOffset: 1, LastOffset: 5}}) {
+			t.Fatalf("isolation %d: markers %s, transactional batches %v, aborted %v, %v", iso, markers, res.TxnBatches, res.Aborted, err)
+		}
+		if id, ok := Transactional(res.TxnBatches, 2); !ok || id != 1 {
+			t.Fatalf("offset 2: producer %d, %v; want 1", id, ok)
+		}
+		if _, ok := Transactional(res.TxnBatches, 0); ok {
+			t.Fatal("offset 0 (not transactional) found among the transactional batches")
+		}
+	}
 	// At a marker: no record, the next offset past it.
 	res, err = r.FetchIsolated(ctx, 6, 1<<20, 0, ReadUncommitted)
-	if err != nil || len(res.Records) != 0 || res.NextOffset != 7 {
+	if err != nil || len(res.Records) != 0 || res.NextOffset != 7 || len(res.Markers) != 1 || res.Markers[0].Offset != 6 || !res.Markers[0].Commit {
 		t.Fatalf("fetch at the trailing marker: %+v, %v", res, err)
 	}
 	bf, err = r.FetchBatches(0, 1<<20, true, ReadCommitted)

@@ -172,6 +172,7 @@
         el('span', { class: 'pname' }),
         el('span', { class: 'leader' }),
         el('span', { class: 'bounds muted' }),
+        el('span', { class: 'lso-lag hidden' }),
         el('span', { class: 'perror bad hidden' })),
       el('div', { class: 'tape-grid' },
         el('div', { class: 'gutter' }, el('div', { class: 'g-cursors' }), el('div', { class: 'g-cells', text: 'log' }), el('div', { class: 'g-ruler' }), el('div', { class: 'g-replicas' })),
@@ -230,6 +231,19 @@
     setText(perr, p.error ? str(p.error) : '');
     toggle(perr, 'hidden', !p.error);
 
+    // The last stable offset: read_committed readers stop there; its lag
+    // behind the high watermark and for how long it has not moved.
+    // Both as of the tape's read; with no transaction open the LSO is the
+    // high watermark, so it is drawn on the partition's current one.
+    const lagN = Math.max(0, num(p.lastStableLag, 0));
+    const lso = num(p.lastStable, -1) < 0 ? null : lagN > 0 || w.hw === null ? num(p.lastStable) : w.hw;
+    setData(node, 'lso', lso === null ? '' : lso);
+    const lag = $('.lso-lag', node);
+    setData(lag, 'lag', lagN);
+    setData(lag, 'since', lagN > 0 && isNum(p.lastStableSince) ? Number(p.lastStableSince) : '');
+    toggle(lag, 'hidden', lagN <= 0);
+    lsoLagText(lag);
+
     // Cells, keyed by offset so that one keeps its element while the window slides.
     const recByOff = new Map(w.recs.map((r) => [Number(r.offset), r]));
     const offs = [];
@@ -250,12 +264,29 @@
         const key = r ? r.key : undefined;
         setStyle(c, 'backgroundColor', r ? keyColor(key, true) : '');
         setStyle(c, 'borderColor', r ? keyColor(key, false) : '');
-        setText(c.firstChild, r ? keyLabel(key) : '');
+        const control = r ? str(r.control) : '';
+        toggle(c, 'marker', control !== '');
+        toggle(c, 'commit', control === 'commit');
+        toggle(c, 'abort', control === 'abort');
+        const txn = r && !control ? str(r.txn) : '';
+        toggle(c, 'txn-committed', txn === 'committed');
+        toggle(c, 'txn-aborted', txn === 'aborted');
+        toggle(c, 'txn-open', txn === 'open');
+        if (control) {
+          setStyle(c, 'backgroundColor', '');
+          setStyle(c, 'borderColor', '');
+        }
+        setText(c.firstChild, control === 'commit' ? 'C' : control === 'abort' ? 'A' : r ? keyLabel(key) : '');
         let title;
         if (o >= w.end) title = 'offset ' + o + ': the next record goes here';
         else if (gone) title = 'offset ' + o + ': deleted (before the log start ' + w.logStart + ')';
-        else if (r) {
-          title = 'offset ' + o + '\nkey ' + str(r.key, '(none)') + '\nvalue ' + str(r.value) +
+        else if (control) {
+          title = 'offset ' + o + ': ' + control + ' marker of producer ' + str(r.producerId, '0') +
+            '\na control record: it ends the transaction here; no consumer is given it';
+        } else if (r) {
+          title = 'offset ' + o + (txn ? ' · transaction of producer ' + str(r.producerId, '0') + ': ' +
+            (txn === 'aborted' ? 'aborted (read_committed readers drop it)' : txn === 'open' ? 'open (pending: above the last stable offset)' : 'committed') : '') +
+            '\nkey ' + str(r.key, '(none)') + '\nvalue ' + str(r.value) +
             (r.eventId !== undefined ? '\nevent ' + str(r.eventId) : '') + (r.timestamp !== undefined ? '\n' + timeOf(r.timestamp) : '') +
             (above ? '\nabove the high watermark: not committed, invisible to consumers' : '') +
             '\nclick: restart the group from here';
@@ -305,12 +336,13 @@
 
     // Lines: the high watermark and each group's committed offset.
     const lines = w.hw === null ? [] : [{ kind: 'hw', off: w.hw, label: w.hw < w.from ? 'HW ' + w.hw : '' }];
+    if (lso !== null) lines.push({ kind: 'lso', off: lso, label: lagN > 0 ? 'LSO ' + lso : '' });
     for (const g of arr(snap.groups).map(obj)) {
       const c = obj(obj(g.committed)[topic])[String(part)];
       if (isNum(c)) lines.push({ kind: 'committed', group: str(g.group), off: Number(c), label: str(g.group) + ' committed ' + c });
     }
     reconcile($('.lines', node), lines, (l) => l.kind + ':' + str(l.group),
-      (l) => el('div', { class: l.kind === 'hw' ? 'hw-line' : 'committed-line' }, el('span')),
+      (l) => el('div', { class: l.kind === 'hw' ? 'hw-line' : l.kind === 'lso' ? 'lso-line' : 'committed-line' }, el('span')),
       (ln, l) => {
         const off = l.off < w.from;
         setStyle(ln, 'left', Math.max(0, x(l.off)) + 'px');
@@ -318,7 +350,10 @@
         setData(ln, 'offset', l.off);
         if (l.group !== undefined) setData(ln, 'group', l.group);
         setText(ln.firstChild, (off ? '◀ ' : '') + l.label);
-        setAttr(ln, 'title', l.kind === 'hw' ? 'high watermark ' + l.off + ': records below it are committed (on every ISR replica)' : 'group ' + l.group + ' committed offset ' + l.off);
+        if (l.kind === 'lso') toggle(ln, 'at-hw', lagN === 0);
+        setAttr(ln, 'title', l.kind === 'hw' ? 'high watermark ' + l.off + ': records below it are committed (on every ISR replica)' :
+          l.kind === 'lso' ? 'last stable offset ' + l.off + ': the first offset of the oldest open transaction (the high watermark when none is open); read_committed readers stop here' :
+          'group ' + l.group + ' committed offset ' + l.off);
       });
 
     // Cursors: each consumer's position on the partitions it owns.
@@ -332,21 +367,47 @@
       }
     }
     cursors.sort((a, b) => byName(a.name, b.name));
-    reconcile($('.cursors', node), cursors, (c) => c.name, () => el('div', { class: 'cursor' }, el('b', { text: '▼' }), el('span')), (cu, c, i) => {
+    // The page's own two readers of the window: read_uncommitted and read_committed.
+    for (const r of arr(p.readers).map(obj)) {
+      if (!isNum(r.position)) continue;
+      const iso = str(r.isolation);
+      const rc = iso === 'read_committed';
+      cursors.push({ name: iso, reader: true, pos: Number(r.position), state: 'running',
+        label: (rc ? 'RC' : 'RU') + ' @' + Number(r.position) + ' · ' + num(r.records, 0) + ' read' + (num(r.aborted, 0) > 0 ? ', ' + num(r.aborted) + ' aborted' : ''),
+        title: 'the page\'s ' + iso + ' reader: next offset ' + Number(r.position) + '; of this window it was given ' + num(r.records, 0) + ' records' +
+          (rc ? ' (none of an aborted or open transaction: it stops at the last stable offset)' : ' (' + num(r.aborted, 0) + ' of aborted transactions, and those of open ones)') });
+    }
+    reconcile($('.cursors', node), cursors, (c) => (c.reader ? 'reader:' : '') + c.name, () => el('div', { class: 'cursor' }, el('b', { text: '▼' }), el('span')), (cu, c, i) => {
       const off = c.pos < w.from;
-      setData(cu, 'consumer', c.name);
+      toggle(cu, 'reader', !!c.reader);
+      if (c.reader) setData(cu, 'isolation', c.name);
+      else setData(cu, 'consumer', c.name);
       setData(cu, 'position', c.pos);
       setStyle(cu, 'left', Math.max(0, x(c.pos)) + 'px');
-      toggle(cu, 'flip', x(c.pos) > width - 110); // near the right end: the label goes left of the mark
+      // Near the right end the label goes left of the mark; the read_committed
+      // reader's always does (when there is room), so that it does not cover
+      // the read_uncommitted one's to its right.
+      toggle(cu, 'flip', x(c.pos) > width - 110 || (c.reader && c.name === 'read_committed' && x(c.pos) > 160));
       setStyle(cu, 'zIndex', String(10 + i));
       toggle(cu, 'off', off);
       toggle(cu, 'dead', c.state === 'crashed' || c.state === 'stopped');
-      setText($('span', cu), (off ? '◀ ' : '') + c.name + ' @' + c.pos);
+      setText($('span', cu), (off ? '◀ ' : '') + (c.label || c.name + ' @' + c.pos));
       const flipped = cu.classList.contains('flip');
       if (flipped === (cu.firstChild.tagName === 'B')) cu.append(cu.firstChild); // [label ▼] when flipped, else [▼ label]
-      setAttr(cu, 'title', c.name + ' (' + c.state + '): position ' + c.pos + ' (the next offset it reads)');
+      setAttr(cu, 'title', c.title || c.name + ' (' + c.state + '): position ' + c.pos + ' (the next offset it reads)');
     });
   }
+
+  // The LSO's lag behind the high watermark, and for how long the LSO has
+  // not moved (a hanging transaction), from its data-lag and data-since.
+  function lsoLagText(n) {
+    const lag = Number(n.dataset.lag || 0);
+    const since = Number(n.dataset.since || 0);
+    const secs = since > 0 ? Math.max(0, (Date.now() - since) / 1000) : null;
+    setText(n, lag > 0 ? 'LSO lag ' + lag + (secs !== null ? ' · not moved for ' + (secs < 60 ? secs.toFixed(0) + ' s' : secs < 3600 ? (secs / 60).toFixed(1) + ' min' : (secs / 3600).toFixed(1) + ' h') : '') : '');
+    setAttr(n, 'title', 'high watermark − last stable offset: records of open transactions (and all after them) read_committed readers wait for');
+  }
+  setInterval(() => document.querySelectorAll('.tape .lso-lag:not(.hidden)').forEach(lsoLagText), 1000);
 
   // The topic a consumer reads: its own field, else its group's committed
   // topic, else the only (or first) topic.

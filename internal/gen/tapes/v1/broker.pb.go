@@ -91,9 +91,15 @@ type Record struct {
 	TimestampMs int64 `protobuf:"varint,2,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
 	// A record without key has key unset (null), which is not the same as an
 	// empty key.
-	Key           []byte    `protobuf:"bytes,3,opt,name=key,proto3,oneof" json:"key,omitempty"`
-	Value         []byte    `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
-	Headers       []*Header `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty"`
+	Key     []byte    `protobuf:"bytes,3,opt,name=key,proto3,oneof" json:"key,omitempty"`
+	Value   []byte    `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Headers []*Header `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty"`
+	// Fetch only (ignored in produce requests): whether the record's batch
+	// is transactional (Kafka's attributes bit 4) and, when it is, the
+	// producer id of the batch, which aborted_transactions and markers of
+	// the FetchResponse name.
+	Transactional bool  `protobuf:"varint,6,opt,name=transactional,proto3" json:"transactional,omitempty"`
+	ProducerId    int64 `protobuf:"varint,7,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -161,6 +167,20 @@ func (x *Record) GetHeaders() []*Header {
 		return x.Headers
 	}
 	return nil
+}
+
+func (x *Record) GetTransactional() bool {
+	if x != nil {
+		return x.Transactional
+	}
+	return false
+}
+
+func (x *Record) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
 }
 
 type BrokerInfo struct {
@@ -1192,7 +1212,17 @@ type FetchResponse struct {
 	// Where the next fetch begins: after the last batch read, past control
 	// records and aborted records skipped (so it may be beyond the last
 	// record returned, or beyond offset with no record returned).
-	NextOffset    int64 `protobuf:"varint,6,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	NextOffset int64 `protobuf:"varint,6,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	// The aborted transactions overlapping what was read (offset to
+	// next_offset), at both isolation levels, from the partition's aborted
+	// transaction index as Kafka's Fetch lists them: a transactional record
+	// of producer_id at or after first_offset and before last_offset (the
+	// abort marker) belongs to an aborted transaction. read_committed
+	// dropped those records; read_uncommitted returned them.
+	AbortedTransactions []*FetchAbortedTransaction `protobuf:"bytes,7,rep,name=aborted_transactions,json=abortedTransactions,proto3" json:"aborted_transactions,omitempty"`
+	// The transaction markers (control records, never returned as records)
+	// between offset and next_offset, in offset order.
+	Markers       []*FetchTransactionMarker `protobuf:"bytes,8,rep,name=markers,proto3" json:"markers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1269,6 +1299,150 @@ func (x *FetchResponse) GetNextOffset() int64 {
 	return 0
 }
 
+func (x *FetchResponse) GetAbortedTransactions() []*FetchAbortedTransaction {
+	if x != nil {
+		return x.AbortedTransactions
+	}
+	return nil
+}
+
+func (x *FetchResponse) GetMarkers() []*FetchTransactionMarker {
+	if x != nil {
+		return x.Markers
+	}
+	return nil
+}
+
+type FetchAbortedTransaction struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId  int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	FirstOffset int64                  `protobuf:"varint,2,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
+	// The offset of the abort marker.
+	LastOffset    int64 `protobuf:"varint,3,opt,name=last_offset,json=lastOffset,proto3" json:"last_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchAbortedTransaction) Reset() {
+	*x = FetchAbortedTransaction{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchAbortedTransaction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchAbortedTransaction) ProtoMessage() {}
+
+func (x *FetchAbortedTransaction) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchAbortedTransaction.ProtoReflect.Descriptor instead.
+func (*FetchAbortedTransaction) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *FetchAbortedTransaction) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *FetchAbortedTransaction) GetFirstOffset() int64 {
+	if x != nil {
+		return x.FirstOffset
+	}
+	return 0
+}
+
+func (x *FetchAbortedTransaction) GetLastOffset() int64 {
+	if x != nil {
+		return x.LastOffset
+	}
+	return 0
+}
+
+type FetchTransactionMarker struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	ProducerId    int64                  `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	ProducerEpoch int32                  `protobuf:"varint,3,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	// Commit, else abort.
+	Commit        bool `protobuf:"varint,4,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchTransactionMarker) Reset() {
+	*x = FetchTransactionMarker{}
+	mi := &file_tapes_v1_broker_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchTransactionMarker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchTransactionMarker) ProtoMessage() {}
+
+func (x *FetchTransactionMarker) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_broker_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchTransactionMarker.ProtoReflect.Descriptor instead.
+func (*FetchTransactionMarker) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *FetchTransactionMarker) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *FetchTransactionMarker) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *FetchTransactionMarker) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *FetchTransactionMarker) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
 type ListOffsetsRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -1282,7 +1456,7 @@ type ListOffsetsRequest struct {
 
 func (x *ListOffsetsRequest) Reset() {
 	*x = ListOffsetsRequest{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[17]
+	mi := &file_tapes_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1468,7 @@ func (x *ListOffsetsRequest) String() string {
 func (*ListOffsetsRequest) ProtoMessage() {}
 
 func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[17]
+	mi := &file_tapes_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1481,7 @@ func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*ListOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListOffsetsRequest) GetTopic() string {
@@ -1343,7 +1517,7 @@ type ListOffsetsResponse struct {
 
 func (x *ListOffsetsResponse) Reset() {
 	*x = ListOffsetsResponse{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[18]
+	mi := &file_tapes_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1529,7 @@ func (x *ListOffsetsResponse) String() string {
 func (*ListOffsetsResponse) ProtoMessage() {}
 
 func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[18]
+	mi := &file_tapes_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1542,7 @@ func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*ListOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{18}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListOffsetsResponse) GetOffset() int64 {
@@ -1406,7 +1580,7 @@ type DeleteRecordsRequest struct {
 
 func (x *DeleteRecordsRequest) Reset() {
 	*x = DeleteRecordsRequest{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[19]
+	mi := &file_tapes_v1_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1592,7 @@ func (x *DeleteRecordsRequest) String() string {
 func (*DeleteRecordsRequest) ProtoMessage() {}
 
 func (x *DeleteRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[19]
+	mi := &file_tapes_v1_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1605,7 @@ func (x *DeleteRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{19}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteRecordsRequest) GetTopic() string {
@@ -1465,7 +1639,7 @@ type DeleteRecordsResponse struct {
 
 func (x *DeleteRecordsResponse) Reset() {
 	*x = DeleteRecordsResponse{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[20]
+	mi := &file_tapes_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1651,7 @@ func (x *DeleteRecordsResponse) String() string {
 func (*DeleteRecordsResponse) ProtoMessage() {}
 
 func (x *DeleteRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[20]
+	mi := &file_tapes_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1664,7 @@ func (x *DeleteRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteRecordsResponse) GetLowWatermark() int64 {
@@ -1508,7 +1682,7 @@ type InitProducerIdRequest struct {
 
 func (x *InitProducerIdRequest) Reset() {
 	*x = InitProducerIdRequest{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[21]
+	mi := &file_tapes_v1_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1694,7 @@ func (x *InitProducerIdRequest) String() string {
 func (*InitProducerIdRequest) ProtoMessage() {}
 
 func (x *InitProducerIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[21]
+	mi := &file_tapes_v1_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1707,7 @@ func (x *InitProducerIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitProducerIdRequest.ProtoReflect.Descriptor instead.
 func (*InitProducerIdRequest) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{21}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{23}
 }
 
 type InitProducerIdResponse struct {
@@ -1546,7 +1720,7 @@ type InitProducerIdResponse struct {
 
 func (x *InitProducerIdResponse) Reset() {
 	*x = InitProducerIdResponse{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[22]
+	mi := &file_tapes_v1_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1732,7 @@ func (x *InitProducerIdResponse) String() string {
 func (*InitProducerIdResponse) ProtoMessage() {}
 
 func (x *InitProducerIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[22]
+	mi := &file_tapes_v1_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1745,7 @@ func (x *InitProducerIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitProducerIdResponse.ProtoReflect.Descriptor instead.
 func (*InitProducerIdResponse) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{22}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *InitProducerIdResponse) GetProducerId() int64 {
@@ -1600,7 +1774,7 @@ type ReassignPartitionRequest struct {
 
 func (x *ReassignPartitionRequest) Reset() {
 	*x = ReassignPartitionRequest{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[23]
+	mi := &file_tapes_v1_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1786,7 @@ func (x *ReassignPartitionRequest) String() string {
 func (*ReassignPartitionRequest) ProtoMessage() {}
 
 func (x *ReassignPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[23]
+	mi := &file_tapes_v1_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1799,7 @@ func (x *ReassignPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignPartitionRequest.ProtoReflect.Descriptor instead.
 func (*ReassignPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{23}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReassignPartitionRequest) GetTopic() string {
@@ -1659,7 +1833,7 @@ type ReassignPartitionResponse struct {
 
 func (x *ReassignPartitionResponse) Reset() {
 	*x = ReassignPartitionResponse{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[24]
+	mi := &file_tapes_v1_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1845,7 @@ func (x *ReassignPartitionResponse) String() string {
 func (*ReassignPartitionResponse) ProtoMessage() {}
 
 func (x *ReassignPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[24]
+	mi := &file_tapes_v1_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1858,7 @@ func (x *ReassignPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignPartitionResponse.ProtoReflect.Descriptor instead.
 func (*ReassignPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{24}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReassignPartitionResponse) GetError() *ErrorDetail {
@@ -1703,7 +1877,7 @@ type UnregisterBrokerRequest struct {
 
 func (x *UnregisterBrokerRequest) Reset() {
 	*x = UnregisterBrokerRequest{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[25]
+	mi := &file_tapes_v1_broker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1889,7 @@ func (x *UnregisterBrokerRequest) String() string {
 func (*UnregisterBrokerRequest) ProtoMessage() {}
 
 func (x *UnregisterBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[25]
+	mi := &file_tapes_v1_broker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1902,7 @@ func (x *UnregisterBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterBrokerRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{25}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UnregisterBrokerRequest) GetBrokerId() int32 {
@@ -1748,7 +1922,7 @@ type UnregisterBrokerResponse struct {
 
 func (x *UnregisterBrokerResponse) Reset() {
 	*x = UnregisterBrokerResponse{}
-	mi := &file_tapes_v1_broker_proto_msgTypes[26]
+	mi := &file_tapes_v1_broker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1934,7 @@ func (x *UnregisterBrokerResponse) String() string {
 func (*UnregisterBrokerResponse) ProtoMessage() {}
 
 func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tapes_v1_broker_proto_msgTypes[26]
+	mi := &file_tapes_v1_broker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1947,7 @@ func (x *UnregisterBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterBrokerResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{26}
+	return file_tapes_v1_broker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UnregisterBrokerResponse) GetError() *ErrorDetail {
@@ -1790,13 +1964,16 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x15tapes/v1/broker.proto\x12\btapes.v1\x1a\x15tapes/v1/errors.proto\"0\n" +
 	"\x06Header\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"\xa4\x01\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\xeb\x01\n" +
 	"\x06Record\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12!\n" +
 	"\ftimestamp_ms\x18\x02 \x01(\x03R\vtimestampMs\x12\x15\n" +
 	"\x03key\x18\x03 \x01(\fH\x00R\x03key\x88\x01\x01\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12*\n" +
-	"\aheaders\x18\x05 \x03(\v2\x10.tapes.v1.HeaderR\aheadersB\x06\n" +
+	"\aheaders\x18\x05 \x03(\v2\x10.tapes.v1.HeaderR\aheaders\x12$\n" +
+	"\rtransactional\x18\x06 \x01(\bR\rtransactional\x12\x1f\n" +
+	"\vproducer_id\x18\a \x01(\x03R\n" +
+	"producerIdB\x06\n" +
 	"\x04_key\"q\n" +
 	"\n" +
 	"BrokerInfo\x12\x0e\n" +
@@ -1886,7 +2063,7 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x1b\n" +
 	"\tmax_bytes\x18\x04 \x01(\x05R\bmaxBytes\x12\x1e\n" +
 	"\vmax_wait_ms\x18\x05 \x01(\x05R\tmaxWaitMs\x12'\n" +
-	"\x0fisolation_level\x18\x06 \x01(\x05R\x0eisolationLevel\"\xfe\x01\n" +
+	"\x0fisolation_level\x18\x06 \x01(\x05R\x0eisolationLevel\"\x90\x03\n" +
 	"\rFetchResponse\x12*\n" +
 	"\arecords\x18\x01 \x03(\v2\x10.tapes.v1.RecordR\arecords\x12%\n" +
 	"\x0ehigh_watermark\x18\x02 \x01(\x03R\rhighWatermark\x12(\n" +
@@ -1894,7 +2071,21 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\fleader_epoch\x18\x04 \x01(\x03R\vleaderEpoch\x12,\n" +
 	"\x12last_stable_offset\x18\x05 \x01(\x03R\x10lastStableOffset\x12\x1f\n" +
 	"\vnext_offset\x18\x06 \x01(\x03R\n" +
-	"nextOffset\"k\n" +
+	"nextOffset\x12T\n" +
+	"\x14aborted_transactions\x18\a \x03(\v2!.tapes.v1.FetchAbortedTransactionR\x13abortedTransactions\x12:\n" +
+	"\amarkers\x18\b \x03(\v2 .tapes.v1.FetchTransactionMarkerR\amarkers\"~\n" +
+	"\x17FetchAbortedTransaction\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12!\n" +
+	"\ffirst_offset\x18\x02 \x01(\x03R\vfirstOffset\x12\x1f\n" +
+	"\vlast_offset\x18\x03 \x01(\x03R\n" +
+	"lastOffset\"\x90\x01\n" +
+	"\x16FetchTransactionMarker\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x03 \x01(\x05R\rproducerEpoch\x12\x16\n" +
+	"\x06commit\x18\x04 \x01(\bR\x06commit\"k\n" +
 	"\x12ListOffsetsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12!\n" +
@@ -1948,7 +2139,7 @@ func file_tapes_v1_broker_proto_rawDescGZIP() []byte {
 	return file_tapes_v1_broker_proto_rawDescData
 }
 
-var file_tapes_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_tapes_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_tapes_v1_broker_proto_goTypes = []any{
 	(*Header)(nil),                    // 0: tapes.v1.Header
 	(*Record)(nil),                    // 1: tapes.v1.Record
@@ -1967,62 +2158,66 @@ var file_tapes_v1_broker_proto_goTypes = []any{
 	(*ProduceResponse)(nil),           // 14: tapes.v1.ProduceResponse
 	(*FetchRequest)(nil),              // 15: tapes.v1.FetchRequest
 	(*FetchResponse)(nil),             // 16: tapes.v1.FetchResponse
-	(*ListOffsetsRequest)(nil),        // 17: tapes.v1.ListOffsetsRequest
-	(*ListOffsetsResponse)(nil),       // 18: tapes.v1.ListOffsetsResponse
-	(*DeleteRecordsRequest)(nil),      // 19: tapes.v1.DeleteRecordsRequest
-	(*DeleteRecordsResponse)(nil),     // 20: tapes.v1.DeleteRecordsResponse
-	(*InitProducerIdRequest)(nil),     // 21: tapes.v1.InitProducerIdRequest
-	(*InitProducerIdResponse)(nil),    // 22: tapes.v1.InitProducerIdResponse
-	(*ReassignPartitionRequest)(nil),  // 23: tapes.v1.ReassignPartitionRequest
-	(*ReassignPartitionResponse)(nil), // 24: tapes.v1.ReassignPartitionResponse
-	(*UnregisterBrokerRequest)(nil),   // 25: tapes.v1.UnregisterBrokerRequest
-	(*UnregisterBrokerResponse)(nil),  // 26: tapes.v1.UnregisterBrokerResponse
-	nil,                               // 27: tapes.v1.TopicMetadata.ConfigsEntry
-	nil,                               // 28: tapes.v1.TopicSpec.ConfigsEntry
-	(*ErrorDetail)(nil),               // 29: tapes.v1.ErrorDetail
+	(*FetchAbortedTransaction)(nil),   // 17: tapes.v1.FetchAbortedTransaction
+	(*FetchTransactionMarker)(nil),    // 18: tapes.v1.FetchTransactionMarker
+	(*ListOffsetsRequest)(nil),        // 19: tapes.v1.ListOffsetsRequest
+	(*ListOffsetsResponse)(nil),       // 20: tapes.v1.ListOffsetsResponse
+	(*DeleteRecordsRequest)(nil),      // 21: tapes.v1.DeleteRecordsRequest
+	(*DeleteRecordsResponse)(nil),     // 22: tapes.v1.DeleteRecordsResponse
+	(*InitProducerIdRequest)(nil),     // 23: tapes.v1.InitProducerIdRequest
+	(*InitProducerIdResponse)(nil),    // 24: tapes.v1.InitProducerIdResponse
+	(*ReassignPartitionRequest)(nil),  // 25: tapes.v1.ReassignPartitionRequest
+	(*ReassignPartitionResponse)(nil), // 26: tapes.v1.ReassignPartitionResponse
+	(*UnregisterBrokerRequest)(nil),   // 27: tapes.v1.UnregisterBrokerRequest
+	(*UnregisterBrokerResponse)(nil),  // 28: tapes.v1.UnregisterBrokerResponse
+	nil,                               // 29: tapes.v1.TopicMetadata.ConfigsEntry
+	nil,                               // 30: tapes.v1.TopicSpec.ConfigsEntry
+	(*ErrorDetail)(nil),               // 31: tapes.v1.ErrorDetail
 }
 var file_tapes_v1_broker_proto_depIdxs = []int32{
 	0,  // 0: tapes.v1.Record.headers:type_name -> tapes.v1.Header
-	29, // 1: tapes.v1.PartitionMetadata.error:type_name -> tapes.v1.ErrorDetail
+	31, // 1: tapes.v1.PartitionMetadata.error:type_name -> tapes.v1.ErrorDetail
 	3,  // 2: tapes.v1.TopicMetadata.partitions:type_name -> tapes.v1.PartitionMetadata
-	27, // 3: tapes.v1.TopicMetadata.configs:type_name -> tapes.v1.TopicMetadata.ConfigsEntry
-	29, // 4: tapes.v1.TopicMetadata.error:type_name -> tapes.v1.ErrorDetail
+	29, // 3: tapes.v1.TopicMetadata.configs:type_name -> tapes.v1.TopicMetadata.ConfigsEntry
+	31, // 4: tapes.v1.TopicMetadata.error:type_name -> tapes.v1.ErrorDetail
 	2,  // 5: tapes.v1.MetadataResponse.brokers:type_name -> tapes.v1.BrokerInfo
 	4,  // 6: tapes.v1.MetadataResponse.topics:type_name -> tapes.v1.TopicMetadata
-	28, // 7: tapes.v1.TopicSpec.configs:type_name -> tapes.v1.TopicSpec.ConfigsEntry
+	30, // 7: tapes.v1.TopicSpec.configs:type_name -> tapes.v1.TopicSpec.ConfigsEntry
 	7,  // 8: tapes.v1.CreateTopicsRequest.topics:type_name -> tapes.v1.TopicSpec
-	29, // 9: tapes.v1.TopicResult.error:type_name -> tapes.v1.ErrorDetail
+	31, // 9: tapes.v1.TopicResult.error:type_name -> tapes.v1.ErrorDetail
 	9,  // 10: tapes.v1.CreateTopicsResponse.results:type_name -> tapes.v1.TopicResult
 	9,  // 11: tapes.v1.DeleteTopicsResponse.results:type_name -> tapes.v1.TopicResult
 	1,  // 12: tapes.v1.ProduceRequest.records:type_name -> tapes.v1.Record
 	1,  // 13: tapes.v1.FetchResponse.records:type_name -> tapes.v1.Record
-	29, // 14: tapes.v1.ReassignPartitionResponse.error:type_name -> tapes.v1.ErrorDetail
-	29, // 15: tapes.v1.UnregisterBrokerResponse.error:type_name -> tapes.v1.ErrorDetail
-	5,  // 16: tapes.v1.BrokerService.Metadata:input_type -> tapes.v1.MetadataRequest
-	8,  // 17: tapes.v1.BrokerService.CreateTopics:input_type -> tapes.v1.CreateTopicsRequest
-	11, // 18: tapes.v1.BrokerService.DeleteTopics:input_type -> tapes.v1.DeleteTopicsRequest
-	13, // 19: tapes.v1.BrokerService.Produce:input_type -> tapes.v1.ProduceRequest
-	15, // 20: tapes.v1.BrokerService.Fetch:input_type -> tapes.v1.FetchRequest
-	17, // 21: tapes.v1.BrokerService.ListOffsets:input_type -> tapes.v1.ListOffsetsRequest
-	21, // 22: tapes.v1.BrokerService.InitProducerId:input_type -> tapes.v1.InitProducerIdRequest
-	19, // 23: tapes.v1.BrokerService.DeleteRecords:input_type -> tapes.v1.DeleteRecordsRequest
-	23, // 24: tapes.v1.BrokerService.ReassignPartition:input_type -> tapes.v1.ReassignPartitionRequest
-	25, // 25: tapes.v1.BrokerService.UnregisterBroker:input_type -> tapes.v1.UnregisterBrokerRequest
-	6,  // 26: tapes.v1.BrokerService.Metadata:output_type -> tapes.v1.MetadataResponse
-	10, // 27: tapes.v1.BrokerService.CreateTopics:output_type -> tapes.v1.CreateTopicsResponse
-	12, // 28: tapes.v1.BrokerService.DeleteTopics:output_type -> tapes.v1.DeleteTopicsResponse
-	14, // 29: tapes.v1.BrokerService.Produce:output_type -> tapes.v1.ProduceResponse
-	16, // 30: tapes.v1.BrokerService.Fetch:output_type -> tapes.v1.FetchResponse
-	18, // 31: tapes.v1.BrokerService.ListOffsets:output_type -> tapes.v1.ListOffsetsResponse
-	22, // 32: tapes.v1.BrokerService.InitProducerId:output_type -> tapes.v1.InitProducerIdResponse
-	20, // 33: tapes.v1.BrokerService.DeleteRecords:output_type -> tapes.v1.DeleteRecordsResponse
-	24, // 34: tapes.v1.BrokerService.ReassignPartition:output_type -> tapes.v1.ReassignPartitionResponse
-	26, // 35: tapes.v1.BrokerService.UnregisterBroker:output_type -> tapes.v1.UnregisterBrokerResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	17, // 14: tapes.v1.FetchResponse.aborted_transactions:type_name -> tapes.v1.FetchAbortedTransaction
+	18, // 15: tapes.v1.FetchResponse.markers:type_name -> tapes.v1.FetchTransactionMarker
+	31, // 16: tapes.v1.ReassignPartitionResponse.error:type_name -> tapes.v1.ErrorDetail
+	31, // 17: tapes.v1.UnregisterBrokerResponse.error:type_name -> tapes.v1.ErrorDetail
+	5,  // 18: tapes.v1.BrokerService.Metadata:input_type -> tapes.v1.MetadataRequest
+	8,  // 19: tapes.v1.BrokerService.CreateTopics:input_type -> tapes.v1.CreateTopicsRequest
+	11, // 20: tapes.v1.BrokerService.DeleteTopics:input_type -> tapes.v1.DeleteTopicsRequest
+	13, // 21: tapes.v1.BrokerService.Produce:input_type -> tapes.v1.ProduceRequest
+	15, // 22: tapes.v1.BrokerService.Fetch:input_type -> tapes.v1.FetchRequest
+	19, // 23: tapes.v1.BrokerService.ListOffsets:input_type -> tapes.v1.ListOffsetsRequest
+	23, // 24: tapes.v1.BrokerService.InitProducerId:input_type -> tapes.v1.InitProducerIdRequest
+	21, // 25: tapes.v1.BrokerService.DeleteRecords:input_type -> tapes.v1.DeleteRecordsRequest
+	25, // 26: tapes.v1.BrokerService.ReassignPartition:input_type -> tapes.v1.ReassignPartitionRequest
+	27, // 27: tapes.v1.BrokerService.UnregisterBroker:input_type -> tapes.v1.UnregisterBrokerRequest
+	6,  // 28: tapes.v1.BrokerService.Metadata:output_type -> tapes.v1.MetadataResponse
+	10, // 29: tapes.v1.BrokerService.CreateTopics:output_type -> tapes.v1.CreateTopicsResponse
+	12, // 30: tapes.v1.BrokerService.DeleteTopics:output_type -> tapes.v1.DeleteTopicsResponse
+	14, // 31: tapes.v1.BrokerService.Produce:output_type -> tapes.v1.ProduceResponse
+	16, // 32: tapes.v1.BrokerService.Fetch:output_type -> tapes.v1.FetchResponse
+	20, // 33: tapes.v1.BrokerService.ListOffsets:output_type -> tapes.v1.ListOffsetsResponse
+	24, // 34: tapes.v1.BrokerService.InitProducerId:output_type -> tapes.v1.InitProducerIdResponse
+	22, // 35: tapes.v1.BrokerService.DeleteRecords:output_type -> tapes.v1.DeleteRecordsResponse
+	26, // 36: tapes.v1.BrokerService.ReassignPartition:output_type -> tapes.v1.ReassignPartitionResponse
+	28, // 37: tapes.v1.BrokerService.UnregisterBroker:output_type -> tapes.v1.UnregisterBrokerResponse
+	28, // [28:38] is the sub-list for method output_type
+	18, // [18:28] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_tapes_v1_broker_proto_init() }
@@ -2038,7 +2233,7 @@ func file_tapes_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tapes_v1_broker_proto_rawDesc), len(file_tapes_v1_broker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
