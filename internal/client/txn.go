@@ -23,6 +23,7 @@ import (
 //	err = p.SendOffsets(ctx, group, generation, memberID, offsets) // applied only on commit
 //	err = p.Commit(ctx) // or p.Abort(ctx)
 //	errors.Is(err, client.ErrProducerFenced) // a newer incarnation exists: stop, do not retry
+//	c.FindTransactionCoordinator(ctx, id) // FindCoordinator key type 1
 //
 // A TxnProducer belongs to one goroutine: its methods must not be called
 // concurrently (the sequence numbers and the transaction's partitions are
@@ -82,6 +83,14 @@ func (c *Client) NewTransactionalProducer(ctx context.Context, id string, timeou
 	}
 	p.ProducerID, p.Epoch = resp.ProducerId, resp.ProducerEpoch
 	return p, nil
+}
+
+// FindTransactionCoordinator asks any broker which broker coordinates
+// transactional id (FindCoordinator key type 1); the first call for a
+// cluster creates __transaction_state. Retries until ctx ends while no
+// coordinator is available.
+func (c *Client) FindTransactionCoordinator(ctx context.Context, id string) (*tapesv1.FindCoordinatorResponse, error) {
+	return c.findCoordinator(ctx, coordKey{keyTxn, id})
 }
 
 // TransactionalID is the producer's transactional id.

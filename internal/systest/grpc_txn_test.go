@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	fkerr "github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/eventually"
@@ -67,6 +69,30 @@ func TestGRPCTransactions(t *testing.T) {
 	e.WaitSettled("gtx", 60*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+
+	// gRPC's FindCoordinator with key type 1 names the broker Kafka's does.
+	for _, id := range []string{"grpc-1", "zombie", "offsets", "kafka-1"} {
+		eventually.Nil(t, 60*time.Second, "both front ends name the coordinator of "+id, func() error {
+			fc := kmsg.NewPtrFindCoordinatorRequest()
+			fc.Version, fc.CoordinatorType, fc.CoordinatorKey = 3, 1, id
+			resp, err := rawKafka(e.KafkaBootstrap()[0], fc)
+			if err != nil {
+				return err
+			}
+			r := resp.(*kmsg.FindCoordinatorResponse)
+			if err := fkerr.ErrorForCode(r.ErrorCode); err != nil {
+				return err
+			}
+			g, err := e.Client.FindTransactionCoordinator(ctx, id)
+			if err != nil {
+				return err
+			}
+			if g.NodeId != r.NodeID {
+				return fmt.Errorf("gRPC names broker %d, Kafka broker %d", g.NodeId, r.NodeID)
+			}
+			return nil
+		})
+	}
 
 	// commit, abort, commit over gRPC, on both partitions.
 	p, err := e.Client.NewTransactionalProducer(ctx, "grpc-1", time.Minute)
