@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,29 +19,81 @@ import (
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
-// brokersCommand is `cluster brokers remove ID`.
+// brokersCommand is `cluster brokers [list]` and `cluster brokers remove ID`.
 type brokersCommand struct {
 	stdout, stderr io.Writer
 }
 
 func init() {
-	register("brokers", "remove a broker: move its replicas away, unregister and stop it", (&brokersCommand{stdout: os.Stdout, stderr: os.Stderr}).Run)
+	register("brokers", "list the brokers; remove a broker: move its replicas away, unregister and stop it", (&brokersCommand{stdout: os.Stdout, stderr: os.Stderr}).Run)
 }
 
 const brokersUsage = `Usage:
+  cluster brokers [list] [--dir DIR | --bootstrap-server ADDR]
   cluster brokers remove ID [--dir DIR] [--wait-timeout D]
 `
 
-// Run dispatches to the action named by args[0].
+// Run dispatches to the action named by args[0]; no action (or only
+// flags) is list.
 func (c *brokersCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "remove" {
-		fmt.Fprint(c.stderr, brokersUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			return nil
-		}
-		return fmt.Errorf("%w: want the action remove", errUsage)
+	help := len(args) > 0 && slices.Contains([]string{"-h", "-help", "--help", "help"}, args[0])
+	switch {
+	case len(args) == 0 || strings.HasPrefix(args[0], "-") && !help:
+		return c.list(ctx, args)
+	case args[0] == "list":
+		return c.list(ctx, args[1:])
+	case args[0] == "remove":
+		return c.remove(ctx, args[1:])
 	}
-	return c.remove(ctx, args[1:])
+	fmt.Fprint(c.stderr, brokersUsage)
+	if help {
+		return nil
+	}
+	return fmt.Errorf("%w: want the action list or remove, got %q", errUsage, args[0])
+}
+
+// list is `cluster brokers [list]`: one row per registered broker, by id,
+// with its gRPC and Kafka addresses, whether the controller sees it alive,
+// and how many partitions it leads and holds a replica of.
+func (c *brokersCommand) list(ctx context.Context, args []string) error {
+	var t clusterTarget
+	fs := commandFlags("brokers [list]",
+		"Prints the registered brokers: ID, ADDRESS (gRPC), KAFKA-ADDRESS, STATE (alive or down, as the controller\n"+
+			"sees its heartbeats), LEADER (partitions it leads) and REPLICAS (partitions it holds a replica of).", c.stderr)
+	t.addFlags(fs)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return fmt.Errorf("%w: brokers list takes no arguments, got %q", errUsage, pos)
+	}
+	md, err := t.metadata(ctx)
+	if err != nil {
+		return err
+	}
+	led, held := map[int32]int{}, map[int32]int{}
+	for _, tm := range md.GetTopics() {
+		for _, pm := range tm.GetPartitions() {
+			led[pm.GetLeaderId()]++
+			for _, r := range pm.GetReplicas() {
+				held[r]++
+			}
+		}
+	}
+	brokers := slices.Clone(md.GetBrokers())
+	slices.SortFunc(brokers, func(a, b *tapesv1.BrokerInfo) int { return int(a.GetId()) - int(b.GetId()) })
+	w := clitext.NewTable(c.stdout)
+	clitext.Row(w, "ID", "ADDRESS", "KAFKA-ADDRESS", "STATE", "LEADER", "REPLICAS")
+	for _, b := range brokers {
+		state := "down"
+		if b.GetAlive() {
+			state = "alive"
+		}
+		clitext.Row(w, strconv.Itoa(int(b.GetId())), clitext.Cell(b.GetAddress()), clitext.Cell(b.GetKafkaAddress()), state,
+			strconv.Itoa(led[b.GetId()]), strconv.Itoa(held[b.GetId()]))
+	}
+	return w.Flush()
 }
 
 // move is one partition's reassignment off the removed broker.

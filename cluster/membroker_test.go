@@ -34,6 +34,11 @@ type memBroker struct {
 	onProduce func(req *tapesv1.ProduceRequest) error
 	// onFetch, when set, runs before a fetch is answered (without the lock).
 	onFetch func(req *tapesv1.FetchRequest)
+	// brokers, when set, is the Metadata's broker list (else broker 1 alone).
+	brokers []*tapesv1.BrokerInfo
+	// replicas, when set, returns a partition's leader and replicas (else
+	// leader 1, replicas 1..rf).
+	replicas func(topic string, partition int32) (leader int32, replicas []int32)
 }
 
 type memTopic struct {
@@ -115,6 +120,9 @@ func (b *memBroker) Metadata(_ context.Context, req *tapesv1.MetadataRequest) (*
 	defer b.mu.Unlock()
 	b.metadataRequests = append(b.metadataRequests, proto.Clone(req).(*tapesv1.MetadataRequest))
 	resp := &tapesv1.MetadataResponse{BrokerId: 1, ControllerId: 1, Brokers: []*tapesv1.BrokerInfo{{Id: 1, Address: b.addr, Alive: true}}}
+	if b.brokers != nil {
+		resp.Brokers = b.brokers
+	}
 	names := req.GetTopics()
 	if len(names) == 0 && !req.GetNoTopics() {
 		for n := range b.topics {
@@ -132,6 +140,9 @@ func (b *memBroker) Metadata(_ context.Context, req *tapesv1.MetadataRequest) (*
 			pm := &tapesv1.PartitionMetadata{Partition: int32(i), LeaderId: 1, LeaderEpoch: 3, HighWatermark: -1, LogStartOffset: -1, LogEndOffset: -1}
 			for r := int32(1); r <= tp.rf; r++ {
 				pm.Replicas = append(pm.Replicas, r)
+			}
+			if b.replicas != nil {
+				pm.LeaderId, pm.Replicas = b.replicas(n, int32(i))
 			}
 			pm.Isr = []int32{1}
 			if req.GetIncludeOffsets() {

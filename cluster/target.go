@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/launch"
 )
 
@@ -78,6 +80,19 @@ func (t *clusterTarget) client() (*client.Client, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	return cl, nil
+}
+
+// metadata returns the cluster's metadata (every topic) within --timeout,
+// through a client opened and closed for it.
+func (t *clusterTarget) metadata(ctx context.Context) (*tapesv1.MetadataResponse, error) {
+	cl, err := t.client()
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	return cl.Metadata(ctx, nil, false)
 }
 
 // terminalStderr returns os.Stderr when it is a terminal, else nil: the

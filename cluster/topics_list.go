@@ -19,14 +19,7 @@ func (c *topicsCommand) list(ctx context.Context, args []string) error {
 	if len(pos) != 0 {
 		return fmt.Errorf("%w: topics list takes no arguments, got %q", errUsage, pos)
 	}
-	cl, err := t.client()
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	md, err := cl.Metadata(ctx, nil, false)
+	md, err := t.metadata(ctx)
 	if err != nil {
 		return err
 	}

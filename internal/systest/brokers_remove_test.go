@@ -52,6 +52,9 @@ func TestBrokersRemove(t *testing.T) {
 	if b, err := produce.CombinedOutput(); err != nil {
 		t.Fatalf("produce: %v\n%s", err, b)
 	}
+	if ids := brokerRows(t, dir); ids != "1 alive,2 alive,3 alive,4 alive" {
+		t.Fatalf("cluster brokers before the removal: %s", ids)
+	}
 	out, err = clusterCmd(t, dir, "brokers", "remove", "4")
 	if err != nil {
 		t.Fatalf("brokers remove 4: %v\n%s", err, out)
@@ -105,4 +108,28 @@ func TestBrokersRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if ids := brokerRows(t, dir); ids != "1 alive,2 alive,3 alive" {
+		t.Fatalf("cluster brokers after the removal: %s", ids)
+	}
+}
+
+// brokerRows runs `cluster brokers` and returns its rows' ID and STATE as
+// "1 alive,2 alive,...".
+func brokerRows(t *testing.T, dir string) string {
+	t.Helper()
+	out, err := clusterCmd(t, dir, "brokers")
+	if err != nil {
+		t.Fatalf("cluster brokers: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) == 0 || strings.Join(strings.Fields(lines[0]), " ") != "ID ADDRESS KAFKA-ADDRESS STATE LEADER REPLICAS" {
+		t.Fatalf("cluster brokers header:\n%s", out)
+	}
+	var rows []string
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		rows = append(rows, f[0]+" "+f[3])
+	}
+	t.Logf("cluster brokers:\n%s", out)
+	return strings.Join(rows, ",")
 }
