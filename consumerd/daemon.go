@@ -78,7 +78,7 @@ func newDaemon(o *options, cl *client.Client, logger *slog.Logger, out io.Writer
 	}
 	d.cons, err = consumer.New(consumer.Config{Client: cl, Group: o.group, Topic: o.topic, ClientID: o.name, Assignor: o.assignor,
 		SessionTimeout: o.sessionTimeout, HeartbeatInterval: o.heartbeatInterval, MaxPollInterval: o.maxPollInterval,
-		From: o.from, FetchMaxBytes: o.fetchMaxBytes, MaxBuffered: o.maxBuffered, Listener: d, Logger: logger})
+		From: o.from, FetchMaxBytes: o.fetchMaxBytes, MaxBuffered: o.maxBuffered, IsolationLevel: o.isolation, Listener: d, Logger: logger})
 	if err != nil {
 		d.close()
 		return nil, err
@@ -120,7 +120,7 @@ func (d *daemon) run(ctx context.Context) error {
 		d.log.Info("control endpoint", "address", lis.Addr().String())
 	}
 	d.log.Info("consuming", "group", d.o.group, "topic", d.o.topic, "assignor", d.o.assignor, "commit", d.o.commit,
-		"records_per_poll", d.o.recordsPerPoll, "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink,
+		"records_per_poll", d.o.recordsPerPoll, "isolation_level", d.o.isolation.String(), "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink,
 		"window", d.o.window.String(), "dead_letter_topic", d.o.deadLetterTopic, "mirror_to", d.o.mirrorTo)
 	err := d.waitForTopic(ctx)
 	if err == nil {
@@ -532,7 +532,7 @@ func (d *daemon) status() *tapesv1.ConsumerStatusResponse {
 	st := &tapesv1.ConsumerStatusResponse{Name: d.o.name, Group: d.o.group, Topic: d.o.topic, MemberId: member, Generation: gen,
 		State: state, Assignor: d.o.assignor, Commit: d.o.commit, IdempotentSink: d.o.idempotentSink,
 		Processed: d.processed, SkippedDuplicates: d.skipped, Commits: d.commits, CommitsFailed: d.commitsFailed,
-		Rebalances: d.rebalances, RecordsPerPoll: int32(d.o.recordsPerPoll)}
+		Rebalances: d.rebalances, RecordsPerPoll: int32(d.o.recordsPerPoll), IsolationLevel: d.o.isolation.String()}
 	for _, p := range d.cons.AssignedSnapshot() {
 		c, ok := d.committed[p.Partition]
 		if !ok {

@@ -20,6 +20,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/assign"
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/consumer"
 	"github.com/tapes-dev/tapes/internal/sink"
 )
 
@@ -81,6 +82,8 @@ type options struct {
 	maxPollInterval    time.Duration
 	logLevel           string
 	exitOnError        bool
+	isolationStr       string
+	isolation          consumer.IsolationLevel
 }
 
 // How consumerd waits for a cluster or a topic that is not there.
@@ -156,6 +159,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.mirrorTo, "mirror-to", "", "copy every record to this `topic` (an archive; created when missing) before committing its offset")
 	fs.IntVar(&o.fetchMaxBytes, "max-partition-fetch-bytes", 1<<20, "most bytes one fetch of a partition returns (max.partition.fetch.bytes; a first batch larger than it still comes)")
 	fs.IntVar(&o.maxBuffered, "max-buffered-records", 2000, "most records of a partition fetched ahead of processing: with --max-partition-fetch-bytes, how far a slow consumer reads ahead (and so what retention cannot take from it)")
+	fs.StringVar(&o.isolationStr, "isolation-level", "read_uncommitted", "which records are read (isolation.level): read_uncommitted (up to the high watermark, records of open and aborted transactions included; Kafka's default) or read_committed (below the last stable offset, aborted transactions dropped)")
 	fs.StringVar(&o.from, "from", "earliest", "where to start without a committed offset, or after retention deleted it (auto.offset.reset): earliest or latest")
 	fs.StringVar(&o.historyPath, "history", "", "append one JSON line per record processed, commit and assignment change to this `file` (created if missing; a restarted consumer continues it)")
 	fs.Int64Var(&o.crashAfter, "crash-after-records", 0, "exit at once (code 3) after processing this many records, mid-batch, without committing or leaving (0: never)")
@@ -207,6 +211,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case o.heartbeatInterval < 0 || (o.heartbeatInterval > 0 && o.heartbeatInterval >= o.sessionTimeout):
 		return nil, usagef("--heartbeat-interval %v: want a positive duration below --session-timeout %v", o.heartbeatInterval, o.sessionTimeout)
 	}
+	iso, err := consumer.ParseIsolationLevel(o.isolationStr)
+	if err != nil {
+		return nil, usagef("--isolation-level %q: want read_committed or read_uncommitted", o.isolationStr)
+	}
+	o.isolation = iso
 	if o.windowStr != "" {
 		w, err := sink.ParseWindow(o.windowStr)
 		if err != nil {

@@ -25,6 +25,7 @@ func TestBadCommandLinesAreRefusedBeforeJoining(t *testing.T) {
 		{[]string{"--assignor", "roundrobin"}, `--assignor "roundrobin"`},
 		{[]string{"--records-per-poll", "0"}, "--records-per-poll 0"},
 		{[]string{"--from", "middle"}, `--from "middle"`},
+		{[]string{"--isolation-level", "serializable"}, `--isolation-level "serializable": want read_committed or read_uncommitted`},
 		{[]string{"--crash-after-records", "-1"}, "--crash-after-records -1"},
 		{[]string{"--process-time", "-1s"}, "--process-time -1s"},
 		{[]string{"--session-timeout", "1s", "--heartbeat-interval", "2s"}, "--heartbeat-interval 2s"},
@@ -62,7 +63,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		t.Fatalf("--help: %v", err)
 	}
 	for _, want := range []string{"-group", "-topic", "-assignor", "-records-per-poll", "-commit", "-auto-commit-interval", "-process-time",
-		"-sink", "-idempotent-sink", "-from", "-history", "-crash-after-records", "-control-listen", "-session-timeout", `"event_id"`} {
+		"-sink", "-idempotent-sink", "-from", "-history", "-crash-after-records", "-control-listen", "-session-timeout", "-isolation-level", `"event_id"`} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("--help does not mention %s", want)
 		}

@@ -72,8 +72,44 @@ type Config struct {
 	// but not yet polled, before fetching stops (default 2000): with
 	// FetchMaxBytes, how far a slow consumer reads ahead of its processing.
 	MaxBuffered int
-	Listener    Listener
-	Logger      *slog.Logger
+	// IsolationLevel is Kafka's isolation.level: ReadUncommitted (the
+	// default, as Kafka's) reads up to the high watermark, records of open
+	// and aborted transactions included; ReadCommitted reads below the last
+	// stable offset only, without the records of aborted transactions.
+	IsolationLevel IsolationLevel
+	Listener       Listener
+	Logger         *slog.Logger
+}
+
+// IsolationLevel is which records a consumer reads, with the values of
+// Kafka's isolation.level (and of FetchRequest.isolation_level).
+type IsolationLevel int32
+
+const (
+	ReadUncommitted IsolationLevel = 0
+	ReadCommitted   IsolationLevel = 1
+)
+
+// String is the level's name in Kafka's spelling.
+func (l IsolationLevel) String() string {
+	switch l {
+	case ReadUncommitted:
+		return "read_uncommitted"
+	case ReadCommitted:
+		return "read_committed"
+	}
+	return fmt.Sprintf("isolation-level(%d)", int32(l))
+}
+
+// ParseIsolationLevel reads read_committed or read_uncommitted.
+func ParseIsolationLevel(s string) (IsolationLevel, error) {
+	switch s {
+	case "read_uncommitted":
+		return ReadUncommitted, nil
+	case "read_committed":
+		return ReadCommitted, nil
+	}
+	return 0, fmt.Errorf("isolation level %q: want read_committed or read_uncommitted", s)
 }
 
 // ErrClosed is returned by Poll after Close.
@@ -107,6 +143,9 @@ func (c *Config) validate() error {
 	case "earliest", "latest":
 	default:
 		return fmt.Errorf("consumer: from %q: want earliest or latest", c.From)
+	}
+	if c.IsolationLevel != ReadUncommitted && c.IsolationLevel != ReadCommitted {
+		return fmt.Errorf("consumer: isolation level %d: want 0 (read_uncommitted) or 1 (read_committed)", c.IsolationLevel)
 	}
 	if c.FetchMaxBytes <= 0 {
 		c.FetchMaxBytes = 1 << 20
