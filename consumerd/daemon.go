@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/tapes-dev/tapes/internal/check"
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/consumer"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
@@ -32,6 +33,8 @@ type daemon struct {
 	cons *consumer.Consumer
 	sink *sink.Sink
 	hist *consumer.HistoryWriter
+	// txnHist is --txn-history (nil without).
+	txnHist *check.TxnHistoryWriter
 	// reseq is --resequence-salted (nil without): the poll goroutine only
 	// (the loop, and the listener methods Poll calls).
 	reseq *resequencer
@@ -66,6 +69,12 @@ func newDaemon(o *options, cl *client.Client, logger *slog.Logger, out io.Writer
 			return nil, err
 		}
 	}
+	if o.txnHistoryPath != "" {
+		if d.txnHist, err = check.CreateTxnHistory(o.txnHistoryPath); err != nil {
+			d.hist.Close()
+			return nil, err
+		}
+	}
 	if o.sinkPath != "" {
 		if d.sink, err = sink.Open(o.sinkPath, sink.Options{Idempotent: o.idempotentSink, Window: o.window}); err != nil {
 			d.hist.Close()
@@ -91,6 +100,7 @@ func (d *daemon) close() {
 		d.sink.Close()
 	}
 	d.hist.Close()
+	d.txnHist.Close()
 }
 
 // run serves the control endpoint and runs the loop until ctx ends, Stop
@@ -120,10 +130,12 @@ func (d *daemon) run(ctx context.Context) error {
 		d.log.Info("control endpoint", "address", lis.Addr().String())
 	}
 	d.log.Info("consuming", "group", d.o.group, "topic", d.o.topic, "assignor", d.o.assignor, "commit", d.o.commit,
-		"records_per_poll", d.o.recordsPerPoll, "isolation_level", d.o.isolation.String(), "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink,
+		"records_per_poll", d.o.recordsPerPoll, "isolation_level", d.o.isolation.String(), "eos", d.o.eos, "output_topic", d.o.outputTopic, "transactional_id", d.o.transactionalID, "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink,
 		"window", d.o.window.String(), "dead_letter_topic", d.o.deadLetterTopic, "mirror_to", d.o.mirrorTo)
 	err := d.waitForTopic(ctx)
-	if err == nil {
+	if err == nil && d.o.eos {
+		err = d.eosLoop(ctx)
+	} else if err == nil {
 		err = d.loop(ctx)
 	}
 	d.mu.Lock()
@@ -443,14 +455,16 @@ func (d *daemon) Revoked(ctx context.Context, gen int32, tps []consumer.TopicPar
 	d.mu.Lock()
 	d.rebalances++
 	d.mu.Unlock()
-	pos := d.cons.Positions()
-	offsets := map[consumer.TopicPartition]int64{}
-	for _, tp := range tps {
-		if o, ok := pos[tp]; ok {
-			offsets[tp] = o
+	if !d.o.eos { // --eos: each poll's transaction committed its offsets
+		pos := d.cons.Positions()
+		offsets := map[consumer.TopicPartition]int64{}
+		for _, tp := range tps {
+			if o, ok := pos[tp]; ok {
+				offsets[tp] = o
+			}
 		}
+		d.commit(ctx, offsets)
 	}
-	d.commit(ctx, offsets)
 	d.dropHeld(tps)
 	d.assignmentLine(consumer.HistoryRevoked, gen, tps, nil)
 	d.log.Info("partitions revoked", "generation", gen, "partitions", fmt.Sprint(partitionsOf(tps)))
@@ -532,7 +546,8 @@ func (d *daemon) status() *tapesv1.ConsumerStatusResponse {
 	st := &tapesv1.ConsumerStatusResponse{Name: d.o.name, Group: d.o.group, Topic: d.o.topic, MemberId: member, Generation: gen,
 		State: state, Assignor: d.o.assignor, Commit: d.o.commit, IdempotentSink: d.o.idempotentSink,
 		Processed: d.processed, SkippedDuplicates: d.skipped, Commits: d.commits, CommitsFailed: d.commitsFailed,
-		Rebalances: d.rebalances, RecordsPerPoll: int32(d.o.recordsPerPoll), IsolationLevel: d.o.isolation.String()}
+		Rebalances: d.rebalances, RecordsPerPoll: int32(d.o.recordsPerPoll), IsolationLevel: d.o.isolation.String(),
+		OutputTopic: d.o.outputTopic, TransactionalId: d.o.transactionalID}
 	for _, p := range d.cons.AssignedSnapshot() {
 		c, ok := d.committed[p.Partition]
 		if !ok {

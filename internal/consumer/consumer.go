@@ -333,6 +333,25 @@ func (c *Consumer) Positions() map[TopicPartition]int64 {
 	return out
 }
 
+// Rewind moves owned partitions back to the given positions (Kafka's
+// seek): what their fetchers buffered is dropped and fetching starts again
+// there. A read-process-write loop whose transaction aborted rewinds to
+// where the transaction began, so that the next poll returns the same
+// records again. Partitions not owned any more are ignored. Poll goroutine
+// only.
+func (c *Consumer) Rewind(positions map[TopicPartition]int64) {
+	for tp, pos := range positions {
+		f := c.owned[tp]
+		if f == nil {
+			continue
+		}
+		f.close()
+		c.positions[tp] = pos
+		c.owned[tp] = c.newFetcher(tp, pos)
+	}
+	c.publish()
+}
+
 // State returns the member's state in a word, from any goroutine.
 func (c *Consumer) State() (state string, paused bool) {
 	c.mu.Lock()

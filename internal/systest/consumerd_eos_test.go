@@ -1,0 +1,107 @@
+package systest
+
+import (
+	"context"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tapes-dev/tapes/internal/check"
+	"github.com/tapes-dev/tapes/internal/producer"
+	"github.com/tapes-dev/tapes/internal/testcluster"
+)
+
+// TestConsumerdEOSThroughLeaderAndProcessorKill: consumerd --eos reads
+// orders (read_committed) and writes one result per input to orders-out,
+// its input offsets in the same transaction, through gRPC. The leader of
+// orders-out partition 0 is SIGKILLed (and restarted), then the processor
+// itself, mid-transaction; a new processor of the same name (and so
+// transactional id) finishes. orders-out read back read_committed holds
+// every acknowledged input exactly once, and the checker finds no
+// transactional anomaly (exactly-once) in the processor's and readers'
+// histories.
+func TestConsumerdEOSThroughLeaderAndProcessorKill(t *testing.T) {
+	e := start(t, 3)
+	for _, topic := range []string{"orders", "orders-out"} {
+		e.CreateTopic(topic, 3, 3, map[string]string{"min.insync.replicas": "2"})
+		e.WaitSettled(topic, 60*time.Second)
+	}
+	dir := t.TempDir()
+	ph := filepath.Join(dir, "producer.jsonl")
+	if code, out, errOut := runProducerd(t, e, "--topic", "orders", "--count", "800", "--idempotent", "--name", "producer-1", "--history", ph); code != 0 {
+		t.Fatalf("producerd exit %d\n%s\n%s", code, out, errOut)
+	}
+	txnHist := filepath.Join(dir, "txn-processor.jsonl")
+	args := []string{"--eos", "--output-topic", "orders-out", "--txn-history", txnHist, "--records-per-poll", "20", "--process-time", "5ms", "--transaction-timeout", "10s"}
+	p := startConsumer(t, e, dir, "eos", "processor", args...)
+	e.WaitFor(60*time.Second, "the processor to process 150 records", func() bool { return status(t, p).Processed >= 150 })
+	leader := e.Partition("orders-out", 0).LeaderId
+	if err := e.C.Kill(testcluster.BrokerName(leader)); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitFor(60*time.Second, "the processor to go on past the leader's SIGKILL", func() bool { return status(t, p).Processed >= 350 })
+	if err := e.C.Restart(testcluster.BrokerName(leader)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(10 * time.Second)
+	p = startConsumer(t, e, dir, "eos", "processor", args...)
+	waitCaughtUp(t, e, "eos", 800)
+	stopConsumer(t, p)
+
+	acked := map[string]bool{}
+	lines, err := producer.ReadHistoryFile(ph)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines {
+		if l.Status == producer.StatusOK {
+			acked[l.EventID] = true
+		}
+	}
+	readers := filepath.Join(dir, "txn-readers.jsonl")
+	h, err := check.CreateTxnHistory(readers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	committed, err := check.ReadTopicTxn(ctx, e.Client, "orders-out", check.ReadCommitted, "reader-committed", h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uncommitted, err := check.ReadTopicTxn(ctx, e.Client, "orders-out", check.ReadUncommitted, "reader-uncommitted", h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	seen := map[string]int{}
+	for _, id := range committed {
+		seen[id]++
+	}
+	for id := range acked {
+		if seen[id] != 1 {
+			t.Errorf("input %s is in orders-out %d times (read_committed); want once", id, seen[id])
+		}
+	}
+	if len(committed) != len(acked) || len(acked) != 800 {
+		t.Errorf("read_committed read %d records for %d acknowledged inputs (800 sent)", len(committed), len(acked))
+	}
+	t.Logf("orders-out: %d records read_committed, %d read_uncommitted (aborted attempts included)", len(committed), len(uncommitted))
+	res, err := check.Check(ctx, check.Input{TxnHistories: []string{txnHist, readers}, Expect: check.ExactlyOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Valid {
+		for _, a := range res.Anomalies {
+			t.Log(a.String())
+		}
+		t.Fatalf("checker: %v", res.Why)
+	}
+	if res.Txn.Committed == 0 {
+		t.Fatalf("no committed transaction in the processor's history: %+v", res.Txn)
+	}
+}
