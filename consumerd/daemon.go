@@ -214,29 +214,36 @@ func (d *daemon) waitForTopic(ctx context.Context) error {
 	}
 }
 
+// poll returns the next poll's records, or stop (with the error that
+// ends the loop, nil for ctx's end, Stop or Close).
+func (d *daemon) poll(ctx context.Context) (recs []consumer.Record, stop bool, err error) {
+	select {
+	case <-ctx.Done():
+		return nil, true, nil
+	case <-d.stopReq:
+		return nil, true, nil
+	default:
+	}
+	recs, err = d.cons.Poll(ctx, d.o.recordsPerPoll, 200*time.Millisecond)
+	if errors.Is(err, context.Canceled) || errors.Is(err, consumer.ErrClosed) {
+		return nil, true, nil
+	}
+	return recs, err != nil, err
+}
+
 // loop is the application's poll loop.
 func (d *daemon) loop(ctx context.Context) error {
 	lastAuto := time.Now()
 	lastProgress := time.Now()
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-d.stopReq:
-			return nil
-		default:
-		}
 		if d.o.commit == "auto" && time.Since(lastAuto) >= d.o.autoCommitInterval {
 			// The Java client commits, at poll, the positions of what the
 			// previous polls returned.
 			lastAuto = time.Now()
 			d.commit(ctx, d.cons.Positions())
 		}
-		recs, err := d.cons.Poll(ctx, d.o.recordsPerPoll, 200*time.Millisecond)
-		if err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, consumer.ErrClosed) {
-				return nil
-			}
+		recs, stop, err := d.poll(ctx)
+		if stop {
 			return err
 		}
 		if time.Since(lastProgress) >= 5*time.Second {
@@ -412,6 +419,15 @@ func (d *daemon) commit(ctx context.Context, offsets map[consumer.TopicPartition
 	err := d.cons.Commit(cctx, offsets)
 	cancel()
 	_, gen := d.cons.Membership()
+	if err != nil {
+		d.log.Warn("commit failed", "offsets", fmt.Sprint(offsets), "err", err)
+	}
+	d.recordCommit(gen, offsets, err)
+}
+
+// recordCommit counts a commit (plain or in a transaction) and writes its
+// history line; err is why it failed.
+func (d *daemon) recordCommit(gen int32, offsets map[consumer.TopicPartition]int64, err error) {
 	line := consumer.HistoryLine{Type: consumer.HistoryCommit, Consumer: d.o.name, Generation: gen, Topic: d.o.topic, Offsets: consumer.Offsets{}, Status: "ok"}
 	for tp, o := range offsets {
 		line.Offsets[tp.Partition] = o
@@ -420,19 +436,13 @@ func (d *daemon) commit(ctx context.Context, offsets map[consumer.TopicPartition
 	d.commits++
 	if err != nil {
 		d.commitsFailed++
-		line.Status, line.Error = "error", string(kerr.CodeOf(err))
-		if line.Error == "" {
-			line.Error = string(kerr.UnknownServerError)
-		}
+		line.Status, line.Error = "error", errName(err)
 	} else {
 		for tp, o := range offsets {
 			d.committed[tp.Partition] = o
 		}
 	}
 	d.mu.Unlock()
-	if err != nil {
-		d.log.Warn("commit failed", "offsets", fmt.Sprint(line.Offsets), "err", err)
-	}
 	if herr := d.hist.Write(line); herr != nil {
 		d.log.Error("history", "err", herr)
 	}

@@ -67,18 +67,8 @@ func (d *daemon) eosLoop(ctx context.Context) error {
 	fmt.Fprintf(d.out, "%s: transactional id %s: producer id %d, epoch %d\n", d.o.name, d.o.transactionalID, pid, epoch)
 	var seq int
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-d.stopReq:
-			return nil
-		default:
-		}
-		recs, err := d.cons.Poll(ctx, d.o.recordsPerPoll, 200*time.Millisecond)
-		if err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, consumer.ErrClosed) {
-				return nil
-			}
+		recs, stop, err := d.poll(ctx)
+		if stop {
 			return err
 		}
 		if len(recs) == 0 {
@@ -181,24 +171,7 @@ func (d *daemon) transaction(ctx context.Context, tp txnProducer, txn string, pi
 		end.Status, end.Error = check.EndError, errName(err)
 	}
 	d.txnLine(end)
-	line := consumer.HistoryLine{Type: consumer.HistoryCommit, Consumer: d.o.name, Generation: gen, Topic: d.o.topic, Offsets: consumer.Offsets{}, Status: "ok"}
-	for k, o := range offsets {
-		line.Offsets[k.Partition] = o
-	}
-	d.mu.Lock()
-	d.commits++
-	if err != nil {
-		d.commitsFailed++
-		line.Status, line.Error = "error", errName(err)
-	} else {
-		for k, o := range offsets {
-			d.committed[k.Partition] = o
-		}
-	}
-	d.mu.Unlock()
-	if herr := d.hist.Write(line); herr != nil {
-		d.log.Error("history", "err", herr)
-	}
+	d.recordCommit(gen, offsets, err)
 	if err != nil {
 		return d.fenceOr(err)
 	}
