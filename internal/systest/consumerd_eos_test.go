@@ -3,6 +3,7 @@ package systest
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -103,5 +104,61 @@ func TestConsumerdEOSThroughLeaderAndProcessorKill(t *testing.T) {
 	}
 	if res.Txn.Committed == 0 {
 		t.Fatalf("no committed transaction in the processor's history: %+v", res.Txn)
+	}
+}
+
+// TestConsumerdEOSZombieIsFenced: a second consumerd --eos with the same
+// --transactional-id (another member of the group) bumps the producer
+// epoch: the first one's next transactional request is refused as fenced
+// and it exits with status 1 saying so, its open transaction aborted; the
+// second finishes, and orders-out read_committed has every input once.
+func TestConsumerdEOSZombieIsFenced(t *testing.T) {
+	e := start(t, 3)
+	for _, topic := range []string{"orders", "orders-out"} {
+		e.CreateTopic(topic, 3, 3, map[string]string{"min.insync.replicas": "2"})
+		e.WaitSettled(topic, 60*time.Second)
+	}
+	dir := t.TempDir()
+	ph := filepath.Join(dir, "producer.jsonl")
+	if code, out, errOut := runProducerd(t, e, "--topic", "orders", "--count", "600", "--idempotent", "--name", "producer-1", "--history", ph); code != 0 {
+		t.Fatalf("producerd exit %d\n%s\n%s", code, out, errOut)
+	}
+	args := []string{"--eos", "--output-topic", "orders-out", "--transactional-id", "shared", "--records-per-poll", "10", "--process-time", "10ms"}
+	first := startConsumer(t, e, dir, "eos", "first", append(args, "--txn-history", filepath.Join(dir, "txn-first.jsonl"))...)
+	e.WaitFor(60*time.Second, "the first processor to process 50 records", func() bool { return status(t, first).Processed >= 50 })
+	second := startConsumer(t, e, dir, "eos", "second", append(args, "--txn-history", filepath.Join(dir, "txn-second.jsonl"))...)
+	if code := first.wait(60 * time.Second); code != 1 {
+		t.Fatalf("the fenced processor exited %d; want 1", code)
+	}
+	if s := first.stderr.String(); !strings.Contains(s, "fenced") {
+		t.Fatalf("the fenced processor does not say it was fenced:\n%s", tail(s, 2000))
+	}
+	waitCaughtUp(t, e, "eos", 600)
+	stopConsumer(t, second)
+	readers := filepath.Join(dir, "txn-readers.jsonl")
+	h, err := check.CreateTxnHistory(readers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ids, err := check.ReadTopicTxn(ctx, e.Client, "orders-out", check.ReadCommitted, "reader-committed", h)
+	h.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, id := range ids {
+		seen[id]++
+	}
+	if len(seen) != 600 || len(ids) != 600 {
+		t.Fatalf("orders-out read_committed: %d records, %d distinct inputs; want 600 and 600", len(ids), len(seen))
+	}
+	res, err := check.Check(ctx, check.Input{TxnHistories: []string{filepath.Join(dir, "txn-first.jsonl"), filepath.Join(dir, "txn-second.jsonl"), readers}, Expect: check.ExactlyOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Valid {
+		t.Fatalf("checker: %v", res.Why)
 	}
 }
