@@ -47,6 +47,9 @@ type txnProducer interface {
 // process must stop (it is a zombie).
 var errFenced = errors.New("fenced by a newer producer of the transactional id")
 
+// errUncertain: a commit failed without a known outcome; the loop stops.
+var errUncertain = errors.New("transaction commit failed, outcome unknown")
+
 // eosLoop is the --eos poll loop: per poll one transaction with the
 // results and the input offsets.
 func (d *daemon) eosLoop(ctx context.Context) error {
@@ -77,7 +80,7 @@ func (d *daemon) eosLoop(ctx context.Context) error {
 		seq++
 		txn := fmt.Sprintf("%s/%d/%d", d.o.transactionalID, epoch, seq)
 		err = d.transaction(ctx, tp, txn, pid, epoch, outPartitions, recs)
-		if errors.Is(err, errFenced) {
+		if errors.Is(err, errFenced) || errors.Is(err, errUncertain) {
 			return err
 		}
 		if err != nil {
@@ -173,7 +176,13 @@ func (d *daemon) transaction(ctx context.Context, tp txnProducer, txn string, pi
 	d.txnLine(end)
 	d.recordCommit(gen, offsets, err)
 	if err != nil {
-		return d.fenceOr(err)
+		if fe := d.fenceOr(err); errors.Is(fe, errFenced) {
+			return fe
+		}
+		// The commit may have landed: reading the same input again could
+		// duplicate it. Exit; a restart's InitProducerId settles the
+		// transaction and the committed offsets say where to go on.
+		return fmt.Errorf("%w: %s: %w", errUncertain, txn, err)
 	}
 	return nil
 }

@@ -548,9 +548,7 @@ func (c *Consumer) start(ctx context.Context, tps []TopicPartition) {
 		req[0].Partitions = append(req[0].Partitions, tp.Partition)
 	}
 	committed := map[TopicPartition]int64{}
-	octx, cancel := context.WithTimeout(ctx, c.cfg.SessionTimeout)
-	offs, err := c.cl.OffsetFetch(octx, c.cfg.Group, req)
-	cancel()
+	offs, err := c.fetchCommitted(ctx, req)
 	if err != nil {
 		c.log.Warn("could not fetch committed offsets; starting from the reset policy", "err", err)
 	}
@@ -566,6 +564,32 @@ func (c *Consumer) start(ctx context.Context, tps []TopicPartition) {
 		}
 		c.positions[tp] = pos
 		c.owned[tp] = c.newFetcher(tp, pos)
+	}
+}
+
+// fetchCommitted asks the group's committed offsets. Read_committed asks
+// with require_stable, as Kafka's consumer does: while a transactional
+// commit of a partition is pending (UNSTABLE_OFFSET_COMMIT) it asks again,
+// every 100 ms until ctx ends, rather than start from the offset before a
+// transaction that may still commit (and so process its input twice).
+func (c *Consumer) fetchCommitted(ctx context.Context, req []*tapesv1.TopicPartitions) ([]*tapesv1.CommittedOffset, error) {
+	for {
+		octx, cancel := context.WithTimeout(ctx, c.cfg.SessionTimeout)
+		var offs []*tapesv1.CommittedOffset
+		var err error
+		if c.cfg.IsolationLevel == ReadCommitted {
+			offs, err = c.cl.OffsetFetchStable(octx, c.cfg.Group, req)
+		} else {
+			offs, err = c.cl.OffsetFetch(octx, c.cfg.Group, req)
+		}
+		cancel()
+		if !kerr.Is(err, kerr.UnstableOffsetCommit) {
+			return offs, err
+		}
+		c.log.Debug("a transactional offset commit is pending; asking again", "err", err)
+		if sleep(ctx, 100*time.Millisecond); ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 	}
 }
 

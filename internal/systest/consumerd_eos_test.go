@@ -147,18 +147,21 @@ func TestConsumerdEOSZombieIsFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	res, err := check.Check(ctx, check.Input{TxnHistories: []string{filepath.Join(dir, "txn-first.jsonl"), filepath.Join(dir, "txn-second.jsonl"), readers}, Expect: check.ExactlyOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Valid {
+		for _, a := range res.Anomalies {
+			t.Log(a.String())
+		}
+		t.Errorf("checker: %v", res.Why)
+	}
 	seen := map[string]int{}
 	for _, id := range ids {
 		seen[id]++
 	}
 	if len(seen) != 600 || len(ids) != 600 {
 		t.Fatalf("orders-out read_committed: %d records, %d distinct inputs; want 600 and 600", len(ids), len(seen))
-	}
-	res, err := check.Check(ctx, check.Input{TxnHistories: []string{filepath.Join(dir, "txn-first.jsonl"), filepath.Join(dir, "txn-second.jsonl"), readers}, Expect: check.ExactlyOnce})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.Valid {
-		t.Fatalf("checker: %v", res.Why)
 	}
 }
