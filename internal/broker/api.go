@@ -440,7 +440,14 @@ func (a *api) Produce(ctx context.Context, req *tapesv1.ProduceRequest) (resp *t
 		}
 		p = recordbatch.Producer{ID: req.ProducerId, Epoch: int16(req.ProducerEpoch), BaseSequence: req.BaseSequence}
 	}
-	batch, err := storage.WrapKafka(recordbatch.Encode(p, recs))
+	encode := recordbatch.Encode
+	if req.Transactional {
+		if req.ProducerId <= 0 {
+			return nil, kerr.ToStatus(kerr.New(kerr.InvalidRequest, "transactional produce to %s-%d without a producer id (InitTransactionalProducerId gives one)", req.Topic, req.Partition))
+		}
+		encode = recordbatch.EncodeTransactional // transactions over gRPC, grpc_txn.go
+	}
+	batch, err := storage.WrapKafka(encode(p, recs))
 	if err != nil {
 		return nil, kerr.ToStatus(kerr.New(kerr.InvalidRecord, "%v", err))
 	}

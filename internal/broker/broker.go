@@ -160,6 +160,7 @@ func New(cfg Config) (*Broker, error) {
 	tapesv1.RegisterBrokerServiceServer(b.grpc, &api{b: b})
 	tapesv1.RegisterControllerServiceServer(b.grpc, &controllerAPI{b: b})
 	tapesv1.RegisterGroupServiceServer(b.grpc, &groupAPI{b: b})
+	tapesv1.RegisterTransactionServiceServer(b.grpc, &txnAPI{b: b})
 	if b.groups, err = b.newCoordinator(); err != nil {
 		mux.Close()
 		return nil, fmt.Errorf("group coordinator: %w", err)

@@ -140,7 +140,18 @@ type groupAPI struct {
 }
 
 func (g *groupAPI) FindCoordinator(ctx context.Context, req *tapesv1.FindCoordinatorRequest) (*tapesv1.FindCoordinatorResponse, error) {
-	resp, err := g.findCoordinator(ctx, req.GroupId)
+	var (
+		resp *tapesv1.FindCoordinatorResponse
+		err  error
+	)
+	switch req.KeyType {
+	case 0:
+		resp, err = g.findCoordinator(ctx, req.GroupId)
+	case 1:
+		resp, err = g.b.findTxnCoordinatorGRPC(ctx, req.GroupId) // grpc_txn.go
+	default:
+		err = kerr.New(kerr.InvalidRequest, "coordinator key type %d: 0 (group) or 1 (transaction)", req.KeyType)
+	}
 	return resp, kerr.ToStatus(err)
 }
 

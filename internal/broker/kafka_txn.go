@@ -90,16 +90,9 @@ func (b *Broker) kafkaInitTxnProducerID(ctx context.Context, req *kmsg.InitProdu
 	return kafkawire.Later(func() kafkawire.Reply {
 		ctx, cancel := context.WithTimeout(ctx, kafkaTxnTimeout)
 		defer cancel()
-		err := b.txnReady()
-		if err == nil && b.txnPartitions() == 0 {
-			if err = b.ensureTxnTopic(ctx); err != nil {
-				err = kerr.New(kerr.CoordinatorNotAvailable, "creating %s: %v", txn.StateTopic, err)
-			}
-		}
-		if err == nil {
-			resp.ProducerID, resp.ProducerEpoch, err = b.txns.InitProducerID(ctx, txn.InitRequest{TransactionalID: *req.TransactionalID,
-				TimeoutMs: req.TransactionTimeoutMillis, ProducerID: req.ProducerID, ProducerEpoch: req.ProducerEpoch})
-		}
+		var err error
+		resp.ProducerID, resp.ProducerEpoch, err = b.initTxnProducerID(ctx, txn.InitRequest{TransactionalID: *req.TransactionalID,
+			TimeoutMs: req.TransactionTimeoutMillis, ProducerID: req.ProducerID, ProducerEpoch: req.ProducerEpoch}) // grpc_txn.go
 		if err != nil {
 			resp.ProducerID, resp.ProducerEpoch = -1, -1
 			resp.ErrorCode = fencedForVersion(err, req.Version, 4)
@@ -162,23 +155,7 @@ func (b *Broker) kafkaAddPartitionsToTxn(ctx context.Context, r *kafkawire.Reque
 func (b *Broker) kafkaAddOffsetsToTxn(ctx context.Context, r *kafkawire.Request) kmsg.Response {
 	req := r.Msg.(*kmsg.AddOffsetsToTxnRequest)
 	resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
-	err := b.txnReady()
-	if err == nil && req.Group == "" {
-		err = kerr.New(kerr.InvalidGroupID, "group id is empty")
-	}
-	if err == nil && b.offsetsPartitions() == 0 {
-		if err = b.ensureOffsetsTopic(ctx); err != nil {
-			err = kerr.New(kerr.CoordinatorNotAvailable, "creating %s: %v", group.OffsetsTopic, err)
-		}
-	}
-	if err == nil {
-		if n := b.offsetsPartitions(); n == 0 {
-			err = kerr.New(kerr.CoordinatorNotAvailable, "%s is being created", group.OffsetsTopic)
-		} else {
-			tp := txn.TopicPartition{Topic: group.OffsetsTopic, Partition: group.PartitionFor(req.Group, n)}
-			err = b.txns.AddPartitions(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, []txn.TopicPartition{tp})
-		}
-	}
+	err := b.addOffsetsToTxn(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group) // grpc_txn.go
 	resp.ErrorCode = fencedForVersion(err, req.Version, 2)
 	return resp
 }

@@ -14,32 +14,45 @@ import (
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
-// coordinators caches the coordinator address of each group.
+// coordinators caches the coordinator address of each group and of each
+// transactional id (coordKey).
 type coordinators struct {
 	mu   sync.Mutex
-	addr map[string]string
+	addr map[coordKey]string
 }
 
-func (cs *coordinators) get(group string) (string, bool) {
+// coordKey names what a coordinator coordinates: Kafka's key type (0 a
+// group, 1 a transactional id) and the id.
+type coordKey struct {
+	typ int32
+	id  string
+}
+
+const (
+	keyGroup int32 = 0
+	keyTxn   int32 = 1
+)
+
+func (cs *coordinators) get(k coordKey) (string, bool) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	a, ok := cs.addr[group]
+	a, ok := cs.addr[k]
 	return a, ok
 }
 
-func (cs *coordinators) set(group, addr string) {
+func (cs *coordinators) set(k coordKey, addr string) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.addr == nil {
-		cs.addr = map[string]string{}
+		cs.addr = map[coordKey]string{}
 	}
-	cs.addr[group] = addr
+	cs.addr[k] = addr
 }
 
-func (cs *coordinators) forget(group string) {
+func (cs *coordinators) forget(k coordKey) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	delete(cs.addr, group)
+	delete(cs.addr, k)
 }
 
 // coordinatorMoved reports whether err means "ask FindCoordinator again".
@@ -57,15 +70,24 @@ func coordinatorMoved(err error) bool {
 // first call for a cluster creates __consumer_offsets. Retries until ctx
 // ends while no coordinator is available.
 func (c *Client) FindCoordinator(ctx context.Context, group string) (*tapesv1.FindCoordinatorResponse, error) {
+	return c.findCoordinator(ctx, coordKey{keyGroup, group})
+}
+
+// findCoordinator is FindCoordinator for either key type.
+func (c *Client) findCoordinator(ctx context.Context, k coordKey) (*tapesv1.FindCoordinatorResponse, error) {
+	what := "group "
+	if k.typ == keyTxn {
+		what = "transactional id "
+	}
 	var resp *tapesv1.FindCoordinatorResponse
-	err := c.anyConn(ctx, "find coordinator of group "+group, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
-		resp, err = tapesv1.NewGroupServiceClient(cc).FindCoordinator(ctx, &tapesv1.FindCoordinatorRequest{GroupId: group})
+	err := c.anyConn(ctx, "find coordinator of "+what+k.id, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = tapesv1.NewGroupServiceClient(cc).FindCoordinator(ctx, &tapesv1.FindCoordinatorRequest{GroupId: k.id, KeyType: k.typ})
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.coords.set(group, resp.Address)
+	c.coords.set(k, resp.Address)
 	return resp, nil
 }
 
@@ -74,16 +96,25 @@ func (c *Client) FindCoordinator(ctx context.Context, group string) (*tapesv1.Fi
 // coordinator's whereabouts, or ctx ends. extra lengthens the per-attempt
 // deadline (JoinGroup and SyncGroup wait for the rebalance).
 func (c *Client) coordinatorCall(ctx context.Context, op, group string, extra time.Duration, call func(context.Context, tapesv1.GroupServiceClient) error) error {
-	op = fmt.Sprintf("%s (group %s)", op, group)
+	return c.coordinatorConnCall(ctx, fmt.Sprintf("%s (group %s)", op, group), coordKey{keyGroup, group}, extra, nil,
+		func(ctx context.Context, cc *grpc.ClientConn) error {
+			return call(ctx, tapesv1.NewGroupServiceClient(cc))
+		})
+}
+
+// coordinatorConnCall is coordinatorCall for either key type, over the
+// coordinator's connection; also retried are the errors again says are
+// (nil: none beyond the coordinator's whereabouts).
+func (c *Client) coordinatorConnCall(ctx context.Context, op string, k coordKey, extra time.Duration, again func(error) bool, call func(context.Context, *grpc.ClientConn) error) error {
 	r := c.newRetry(op)
 	var last error
 	for attempt := 1; ; attempt++ {
 		r.attempts = attempt
-		addr, ok := c.coords.get(group)
+		addr, ok := c.coords.get(k)
 		var err error
 		if !ok {
 			var resp *tapesv1.FindCoordinatorResponse
-			if resp, err = c.FindCoordinator(ctx, group); err == nil {
+			if resp, err = c.findCoordinator(ctx, k); err == nil {
 				addr = resp.Address
 			}
 		}
@@ -93,7 +124,7 @@ func (c *Client) coordinatorCall(ctx context.Context, op, group string, extra ti
 				return fmt.Errorf("%s: %w", op, cerr)
 			}
 			actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout+extra)
-			err = call(actx, tapesv1.NewGroupServiceClient(cc))
+			err = call(actx, cc)
 			cancel()
 			if err != nil {
 				err = c.convert(err)
@@ -109,11 +140,14 @@ func (c *Client) coordinatorCall(ctx context.Context, op, group string, extra ti
 			}
 			return gaveUp(op, attempt, ctx.Err(), last)
 		}
-		if errors.Is(err, ErrClosed) || !coordinatorMoved(err) {
+		moved := coordinatorMoved(err)
+		if errors.Is(err, ErrClosed) || !moved && (again == nil || !again(err)) {
 			return fmt.Errorf("%s: %w", op, err)
 		}
 		c.log.Debug("coordinator unavailable, retrying", "op", op, "coordinator", addr, "err", err)
-		c.coords.forget(group)
+		if moved {
+			c.coords.forget(k)
+		}
 		last = err
 		if err := r.wait(ctx, err, nil); err != nil {
 			return gaveUp(op, attempt, err, last)

@@ -926,6 +926,11 @@ type ProduceRequest struct {
 	ProducerId    int64 `protobuf:"varint,6,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
 	ProducerEpoch int32 `protobuf:"varint,7,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
 	BaseSequence  int32 `protobuf:"varint,8,opt,name=base_sequence,json=baseSequence,proto3" json:"base_sequence,omitempty"`
+	// A transactional producer's batch (Kafka's attributes bit 4): the
+	// producer id/epoch must be the ones InitTransactionalProducerId gave
+	// and the partition added to its open transaction (AddPartitionsToTxn)
+	// first; it is visible to read_committed readers only once committed.
+	Transactional bool `protobuf:"varint,9,opt,name=transactional,proto3" json:"transactional,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1014,6 +1019,13 @@ func (x *ProduceRequest) GetBaseSequence() int32 {
 		return x.BaseSequence
 	}
 	return 0
+}
+
+func (x *ProduceRequest) GetTransactional() bool {
+	if x != nil {
+		return x.Transactional
+	}
+	return false
 }
 
 type ProduceResponse struct {
@@ -1862,7 +1874,7 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x13DeleteTopicsRequest\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"G\n" +
 	"\x14DeleteTopicsResponse\x12/\n" +
-	"\aresults\x18\x01 \x03(\v2\x15.tapes.v1.TopicResultR\aresults\"\x90\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x15.tapes.v1.TopicResultR\aresults\"\xb6\x02\n" +
 	"\x0eProduceRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
@@ -1873,7 +1885,8 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\vproducer_id\x18\x06 \x01(\x03R\n" +
 	"producerId\x12%\n" +
 	"\x0eproducer_epoch\x18\a \x01(\x05R\rproducerEpoch\x12#\n" +
-	"\rbase_sequence\x18\b \x01(\x05R\fbaseSequence\"\x9d\x01\n" +
+	"\rbase_sequence\x18\b \x01(\x05R\fbaseSequence\x12$\n" +
+	"\rtransactional\x18\t \x01(\bR\rtransactional\"\x9d\x01\n" +
 	"\x0fProduceResponse\x12\x1f\n" +
 	"\vbase_offset\x18\x01 \x01(\x03R\n" +
 	"baseOffset\x12(\n" +

@@ -161,8 +161,12 @@ func (x *Subscription) GetGeneration() int32 {
 }
 
 type FindCoordinatorRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group id, or with key_type 1 the transactional id.
+	GroupId string `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// Kafka's key type: 0 a group (__consumer_offsets), 1 a transactional id
+	// (__transaction_state; partition is then its partition there).
+	KeyType       int32 `protobuf:"varint,2,opt,name=key_type,json=keyType,proto3" json:"key_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -202,6 +206,13 @@ func (x *FindCoordinatorRequest) GetGroupId() string {
 		return x.GroupId
 	}
 	return ""
+}
+
+func (x *FindCoordinatorRequest) GetKeyType() int32 {
+	if x != nil {
+		return x.KeyType
+	}
+	return 0
 }
 
 type FindCoordinatorResponse struct {
@@ -2018,9 +2029,10 @@ const file_tapes_v1_group_proto_rawDesc = "" +
 	"\x05owned\x18\x02 \x03(\v2\x19.tapes.v1.TopicPartitionsR\x05owned\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x05R\n" +
-	"generation\"3\n" +
+	"generation\"N\n" +
 	"\x16FindCoordinatorRequest\x12\x19\n" +
-	"\bgroup_id\x18\x01 \x01(\tR\agroupId\"j\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x19\n" +
+	"\bkey_type\x18\x02 \x01(\x05R\akeyType\"j\n" +
 	"\x17FindCoordinatorResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x05R\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
