@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	fkerr "github.com/twmb/franz-go/pkg/kerr"
-
 	"github.com/tapes-dev/tapes/internal/check"
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/consumer"
@@ -206,10 +204,6 @@ func (d *daemon) fenceOr(err error) error {
 func errName(err error) string {
 	if c := kerr.CodeOf(err); c != "" {
 		return string(c)
-	}
-	var fe *fkerr.Error
-	if errors.As(err, &fe) {
-		return fe.Message
 	}
 	return string(kerr.UnknownServerError)
 }
