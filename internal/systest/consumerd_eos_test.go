@@ -3,6 +3,7 @@ package systest
 import (
 	"context"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +13,47 @@ import (
 	"github.com/tapes-dev/tapes/internal/producer"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
+
+// startEOSInput starts a cluster with orders and orders-out (3 partitions,
+// 3 replicas, min.insync.replicas 2) and writes n records to orders with
+// an idempotent producerd; it returns the cluster, a directory and the
+// producer's history.
+func startEOSInput(t *testing.T, n int) (*testcluster.Env, string, string) {
+	t.Helper()
+	e := start(t, 3)
+	for _, topic := range []string{"orders", "orders-out"} {
+		e.CreateTopic(topic, 3, 3, map[string]string{"min.insync.replicas": "2"})
+		e.WaitSettled(topic, 60*time.Second)
+	}
+	dir := t.TempDir()
+	ph := filepath.Join(dir, "producer.jsonl")
+	if code, out, errOut := runProducerd(t, e, "--topic", "orders", "--count", strconv.Itoa(n), "--idempotent", "--name", "producer-1", "--history", ph); code != 0 {
+		t.Fatalf("producerd exit %d\n%s\n%s", code, out, errOut)
+	}
+	return e, dir, ph
+}
+
+// readOrdersOut reads orders-out back read_committed and read_uncommitted
+// into the transactional history dir/txn-readers.jsonl (returned) and
+// returns the event ids read at each level.
+func readOrdersOut(t *testing.T, e *testcluster.Env, dir string) (string, map[string][]string) {
+	t.Helper()
+	readers := filepath.Join(dir, "txn-readers.jsonl")
+	h, err := check.CreateTxnHistory(readers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	read := map[string][]string{}
+	for _, level := range []string{check.ReadCommitted, check.ReadUncommitted} {
+		if read[level], err = check.ReadTopicTxn(ctx, e.Client, "orders-out", level, "reader-"+level, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return readers, read
+}
 
 // TestConsumerdEOSThroughLeaderAndProcessorKill: consumerd --eos reads
 // orders (read_committed) and writes one result per input to orders-out,
@@ -23,16 +65,7 @@ import (
 // transactional anomaly (exactly-once) in the processor's and readers'
 // histories.
 func TestConsumerdEOSThroughLeaderAndProcessorKill(t *testing.T) {
-	e := start(t, 3)
-	for _, topic := range []string{"orders", "orders-out"} {
-		e.CreateTopic(topic, 3, 3, map[string]string{"min.insync.replicas": "2"})
-		e.WaitSettled(topic, 60*time.Second)
-	}
-	dir := t.TempDir()
-	ph := filepath.Join(dir, "producer.jsonl")
-	if code, out, errOut := runProducerd(t, e, "--topic", "orders", "--count", "800", "--idempotent", "--name", "producer-1", "--history", ph); code != 0 {
-		t.Fatalf("producerd exit %d\n%s\n%s", code, out, errOut)
-	}
+	e, dir, ph := startEOSInput(t, 800)
 	txnHist := filepath.Join(dir, "txn-processor.jsonl")
 	args := []string{"--eos", "--output-topic", "orders-out", "--txn-history", txnHist, "--records-per-poll", "20", "--process-time", "5ms", "--transaction-timeout", "10s"}
 	p := startConsumer(t, e, dir, "eos", "processor", args...)
@@ -63,22 +96,10 @@ func TestConsumerdEOSThroughLeaderAndProcessorKill(t *testing.T) {
 			acked[l.EventID] = true
 		}
 	}
-	readers := filepath.Join(dir, "txn-readers.jsonl")
-	h, err := check.CreateTxnHistory(readers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	readers, read := readOrdersOut(t, e, dir)
+	committed, uncommitted := read[check.ReadCommitted], read[check.ReadUncommitted]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	committed, err := check.ReadTopicTxn(ctx, e.Client, "orders-out", check.ReadCommitted, "reader-committed", h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uncommitted, err := check.ReadTopicTxn(ctx, e.Client, "orders-out", check.ReadUncommitted, "reader-uncommitted", h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.Close()
 	seen := map[string]int{}
 	for _, id := range committed {
 		seen[id]++
@@ -113,16 +134,7 @@ func TestConsumerdEOSThroughLeaderAndProcessorKill(t *testing.T) {
 // and it exits with status 1 saying so, its open transaction aborted; the
 // second finishes, and orders-out read_committed has every input once.
 func TestConsumerdEOSZombieIsFenced(t *testing.T) {
-	e := start(t, 3)
-	for _, topic := range []string{"orders", "orders-out"} {
-		e.CreateTopic(topic, 3, 3, map[string]string{"min.insync.replicas": "2"})
-		e.WaitSettled(topic, 60*time.Second)
-	}
-	dir := t.TempDir()
-	ph := filepath.Join(dir, "producer.jsonl")
-	if code, out, errOut := runProducerd(t, e, "--topic", "orders", "--count", "600", "--idempotent", "--name", "producer-1", "--history", ph); code != 0 {
-		t.Fatalf("producerd exit %d\n%s\n%s", code, out, errOut)
-	}
+	e, dir, _ := startEOSInput(t, 600)
 	args := []string{"--eos", "--output-topic", "orders-out", "--transactional-id", "shared", "--records-per-poll", "10", "--process-time", "10ms"}
 	first := startConsumer(t, e, dir, "eos", "first", append(args, "--txn-history", filepath.Join(dir, "txn-first.jsonl"))...)
 	e.WaitFor(60*time.Second, "the first processor to process 50 records", func() bool { return status(t, first).Processed >= 50 })
@@ -135,18 +147,10 @@ func TestConsumerdEOSZombieIsFenced(t *testing.T) {
 	}
 	waitCaughtUp(t, e, "eos", 600)
 	stopConsumer(t, second)
-	readers := filepath.Join(dir, "txn-readers.jsonl")
-	h, err := check.CreateTxnHistory(readers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	readers, read := readOrdersOut(t, e, dir)
+	ids := read[check.ReadCommitted]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ids, err := check.ReadTopicTxn(ctx, e.Client, "orders-out", check.ReadCommitted, "reader-committed", h)
-	h.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	res, err := check.Check(ctx, check.Input{TxnHistories: []string{filepath.Join(dir, "txn-first.jsonl"), filepath.Join(dir, "txn-second.jsonl"), readers}, Expect: check.ExactlyOnce})
 	if err != nil {
 		t.Fatal(err)
