@@ -63,6 +63,19 @@ func grpcRead(t *testing.T, e *testcluster.Env, topic string, partitions int32, 
 	return seen
 }
 
+// kafkaTxnCoordinator is the broker Kafka's FindCoordinator (v3, key type
+// 1) names as id's transaction coordinator.
+func kafkaTxnCoordinator(e *testcluster.Env, id string) (int32, error) {
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.Version, fc.CoordinatorType, fc.CoordinatorKey = 3, 1, id
+	resp, err := rawKafka(e.KafkaBootstrap()[0], fc)
+	if err != nil {
+		return -1, err
+	}
+	r := resp.(*kmsg.FindCoordinatorResponse)
+	return r.NodeID, fkerr.ErrorForCode(r.ErrorCode)
+}
+
 func TestGRPCTransactions(t *testing.T) {
 	e := start(t, 3)
 	e.CreateTopic("gtx", 2, 3, nil)
@@ -73,22 +86,16 @@ func TestGRPCTransactions(t *testing.T) {
 	// gRPC's FindCoordinator with key type 1 names the broker Kafka's does.
 	for _, id := range []string{"grpc-1", "zombie", "offsets", "kafka-1"} {
 		eventually.Nil(t, 60*time.Second, "both front ends name the coordinator of "+id, func() error {
-			fc := kmsg.NewPtrFindCoordinatorRequest()
-			fc.Version, fc.CoordinatorType, fc.CoordinatorKey = 3, 1, id
-			resp, err := rawKafka(e.KafkaBootstrap()[0], fc)
+			k, err := kafkaTxnCoordinator(e, id)
 			if err != nil {
-				return err
-			}
-			r := resp.(*kmsg.FindCoordinatorResponse)
-			if err := fkerr.ErrorForCode(r.ErrorCode); err != nil {
 				return err
 			}
 			g, err := e.Client.FindTransactionCoordinator(ctx, id)
 			if err != nil {
 				return err
 			}
-			if g.NodeId != r.NodeID {
-				return fmt.Errorf("gRPC names broker %d, Kafka broker %d", g.NodeId, r.NodeID)
+			if g.NodeId != k {
+				return fmt.Errorf("gRPC names broker %d, Kafka broker %d", g.NodeId, k)
 			}
 			return nil
 		})

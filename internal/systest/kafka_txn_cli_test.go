@@ -22,20 +22,13 @@ func TestTransactionsCLI(t *testing.T) {
 	e := start(t, 3)
 	e.CreateTopic("orders", 2, 3, nil)
 	e.WaitSettled("orders", 60*time.Second)
-	boot := e.KafkaBootstrap()[0]
 	var coord string
 	eventually.Nil(t, 60*time.Second, "the transaction coordinator of cli-txn", func() error {
-		fc := kmsg.NewPtrFindCoordinatorRequest()
-		fc.Version, fc.CoordinatorType, fc.CoordinatorKey = 3, 1, "cli-txn"
-		resp, err := rawKafka(boot, fc)
+		id, err := kafkaTxnCoordinator(e, "cli-txn") // grpc_txn_test.go
 		if err != nil {
 			return err
 		}
-		r := resp.(*kmsg.FindCoordinatorResponse)
-		if err := fkerr.ErrorForCode(r.ErrorCode); err != nil {
-			return err
-		}
-		coord = e.KafkaAddress(r.NodeID)
+		coord = e.KafkaAddress(id)
 		return nil
 	})
 	var pid int64

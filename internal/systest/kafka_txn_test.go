@@ -194,15 +194,9 @@ func TestKafkaTransactionCoordinatorKilled(t *testing.T) {
 	for i := 0; id == ""; i++ {
 		cand := fmt.Sprintf("kill-%d", i)
 		eventually.Nil(t, 60*time.Second, "the coordinator of "+cand, func() error {
-			fc := kmsg.NewPtrFindCoordinatorRequest()
-			fc.Version, fc.CoordinatorType, fc.CoordinatorKey = 3, 1, cand
-			resp, err := rawKafka(e.KafkaBootstrap()[0], fc)
-			if err != nil {
-				return err
-			}
-			r := resp.(*kmsg.FindCoordinatorResponse)
-			coord = r.NodeID
-			return fkerr.ErrorForCode(r.ErrorCode)
+			var err error
+			coord, err = kafkaTxnCoordinator(e, cand) // grpc_txn_test.go
+			return err
 		})
 		if coord != leader {
 			id = cand
