@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/tapes-dev/tapes/internal/check"
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/consumer"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
@@ -32,6 +33,8 @@ type daemon struct {
 	cons *consumer.Consumer
 	sink *sink.Sink
 	hist *consumer.HistoryWriter
+	// txnHist is --txn-history (nil without).
+	txnHist *check.TxnHistoryWriter
 	// reseq is --resequence-salted (nil without): the poll goroutine only
 	// (the loop, and the listener methods Poll calls).
 	reseq *resequencer
@@ -66,6 +69,12 @@ func newDaemon(o *options, cl *client.Client, logger *slog.Logger, out io.Writer
 			return nil, err
 		}
 	}
+	if o.txnHistoryPath != "" {
+		if d.txnHist, err = check.CreateTxnHistory(o.txnHistoryPath); err != nil {
+			d.hist.Close()
+			return nil, err
+		}
+	}
 	if o.sinkPath != "" {
 		if d.sink, err = sink.Open(o.sinkPath, sink.Options{Idempotent: o.idempotentSink, Window: o.window}); err != nil {
 			d.hist.Close()
@@ -78,7 +87,7 @@ func newDaemon(o *options, cl *client.Client, logger *slog.Logger, out io.Writer
 	}
 	d.cons, err = consumer.New(consumer.Config{Client: cl, Group: o.group, Topic: o.topic, ClientID: o.name, Assignor: o.assignor,
 		SessionTimeout: o.sessionTimeout, HeartbeatInterval: o.heartbeatInterval, MaxPollInterval: o.maxPollInterval,
-		From: o.from, FetchMaxBytes: o.fetchMaxBytes, MaxBuffered: o.maxBuffered, Listener: d, Logger: logger})
+		From: o.from, FetchMaxBytes: o.fetchMaxBytes, MaxBuffered: o.maxBuffered, IsolationLevel: o.isolation, Listener: d, Logger: logger})
 	if err != nil {
 		d.close()
 		return nil, err
@@ -91,6 +100,7 @@ func (d *daemon) close() {
 		d.sink.Close()
 	}
 	d.hist.Close()
+	d.txnHist.Close()
 }
 
 // run serves the control endpoint and runs the loop until ctx ends, Stop
@@ -120,10 +130,12 @@ func (d *daemon) run(ctx context.Context) error {
 		d.log.Info("control endpoint", "address", lis.Addr().String())
 	}
 	d.log.Info("consuming", "group", d.o.group, "topic", d.o.topic, "assignor", d.o.assignor, "commit", d.o.commit,
-		"records_per_poll", d.o.recordsPerPoll, "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink,
+		"records_per_poll", d.o.recordsPerPoll, "isolation_level", d.o.isolation.String(), "eos", d.o.eos, "output_topic", d.o.outputTopic, "transactional_id", d.o.transactionalID, "sink", d.o.sinkPath, "idempotent_sink", d.o.idempotentSink,
 		"window", d.o.window.String(), "dead_letter_topic", d.o.deadLetterTopic, "mirror_to", d.o.mirrorTo)
 	err := d.waitForTopic(ctx)
-	if err == nil {
+	if err == nil && d.o.eos {
+		err = d.eosLoop(ctx)
+	} else if err == nil {
 		err = d.loop(ctx)
 	}
 	d.mu.Lock()
@@ -202,29 +214,36 @@ func (d *daemon) waitForTopic(ctx context.Context) error {
 	}
 }
 
+// poll returns the next poll's records, or stop (with the error that
+// ends the loop, nil for ctx's end, Stop or Close).
+func (d *daemon) poll(ctx context.Context) (recs []consumer.Record, stop bool, err error) {
+	select {
+	case <-ctx.Done():
+		return nil, true, nil
+	case <-d.stopReq:
+		return nil, true, nil
+	default:
+	}
+	recs, err = d.cons.Poll(ctx, d.o.recordsPerPoll, 200*time.Millisecond)
+	if errors.Is(err, context.Canceled) || errors.Is(err, consumer.ErrClosed) {
+		return nil, true, nil
+	}
+	return recs, err != nil, err
+}
+
 // loop is the application's poll loop.
 func (d *daemon) loop(ctx context.Context) error {
 	lastAuto := time.Now()
 	lastProgress := time.Now()
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-d.stopReq:
-			return nil
-		default:
-		}
 		if d.o.commit == "auto" && time.Since(lastAuto) >= d.o.autoCommitInterval {
 			// The Java client commits, at poll, the positions of what the
 			// previous polls returned.
 			lastAuto = time.Now()
 			d.commit(ctx, d.cons.Positions())
 		}
-		recs, err := d.cons.Poll(ctx, d.o.recordsPerPoll, 200*time.Millisecond)
-		if err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, consumer.ErrClosed) {
-				return nil
-			}
+		recs, stop, err := d.poll(ctx)
+		if stop {
 			return err
 		}
 		if time.Since(lastProgress) >= 5*time.Second {
@@ -400,6 +419,15 @@ func (d *daemon) commit(ctx context.Context, offsets map[consumer.TopicPartition
 	err := d.cons.Commit(cctx, offsets)
 	cancel()
 	_, gen := d.cons.Membership()
+	if err != nil {
+		d.log.Warn("commit failed", "offsets", fmt.Sprint(offsets), "err", err)
+	}
+	d.recordCommit(gen, offsets, err)
+}
+
+// recordCommit counts a commit (plain or in a transaction) and writes its
+// history line; err is why it failed.
+func (d *daemon) recordCommit(gen int32, offsets map[consumer.TopicPartition]int64, err error) {
 	line := consumer.HistoryLine{Type: consumer.HistoryCommit, Consumer: d.o.name, Generation: gen, Topic: d.o.topic, Offsets: consumer.Offsets{}, Status: "ok"}
 	for tp, o := range offsets {
 		line.Offsets[tp.Partition] = o
@@ -408,19 +436,13 @@ func (d *daemon) commit(ctx context.Context, offsets map[consumer.TopicPartition
 	d.commits++
 	if err != nil {
 		d.commitsFailed++
-		line.Status, line.Error = "error", string(kerr.CodeOf(err))
-		if line.Error == "" {
-			line.Error = string(kerr.UnknownServerError)
-		}
+		line.Status, line.Error = "error", errName(err)
 	} else {
 		for tp, o := range offsets {
 			d.committed[tp.Partition] = o
 		}
 	}
 	d.mu.Unlock()
-	if err != nil {
-		d.log.Warn("commit failed", "offsets", fmt.Sprint(line.Offsets), "err", err)
-	}
 	if herr := d.hist.Write(line); herr != nil {
 		d.log.Error("history", "err", herr)
 	}
@@ -443,14 +465,16 @@ func (d *daemon) Revoked(ctx context.Context, gen int32, tps []consumer.TopicPar
 	d.mu.Lock()
 	d.rebalances++
 	d.mu.Unlock()
-	pos := d.cons.Positions()
-	offsets := map[consumer.TopicPartition]int64{}
-	for _, tp := range tps {
-		if o, ok := pos[tp]; ok {
-			offsets[tp] = o
+	if !d.o.eos { // --eos: each poll's transaction committed its offsets
+		pos := d.cons.Positions()
+		offsets := map[consumer.TopicPartition]int64{}
+		for _, tp := range tps {
+			if o, ok := pos[tp]; ok {
+				offsets[tp] = o
+			}
 		}
+		d.commit(ctx, offsets)
 	}
-	d.commit(ctx, offsets)
 	d.dropHeld(tps)
 	d.assignmentLine(consumer.HistoryRevoked, gen, tps, nil)
 	d.log.Info("partitions revoked", "generation", gen, "partitions", fmt.Sprint(partitionsOf(tps)))
@@ -532,7 +556,8 @@ func (d *daemon) status() *tapesv1.ConsumerStatusResponse {
 	st := &tapesv1.ConsumerStatusResponse{Name: d.o.name, Group: d.o.group, Topic: d.o.topic, MemberId: member, Generation: gen,
 		State: state, Assignor: d.o.assignor, Commit: d.o.commit, IdempotentSink: d.o.idempotentSink,
 		Processed: d.processed, SkippedDuplicates: d.skipped, Commits: d.commits, CommitsFailed: d.commitsFailed,
-		Rebalances: d.rebalances, RecordsPerPoll: int32(d.o.recordsPerPoll)}
+		Rebalances: d.rebalances, RecordsPerPoll: int32(d.o.recordsPerPoll), IsolationLevel: d.o.isolation.String(),
+		OutputTopic: d.o.outputTopic, TransactionalId: d.o.transactionalID}
 	for _, p := range d.cons.AssignedSnapshot() {
 		c, ok := d.committed[p.Partition]
 		if !ok {

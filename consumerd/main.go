@@ -20,6 +20,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/assign"
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/consumer"
 	"github.com/tapes-dev/tapes/internal/sink"
 )
 
@@ -81,6 +82,14 @@ type options struct {
 	maxPollInterval    time.Duration
 	logLevel           string
 	exitOnError        bool
+	isolationStr       string
+	isolation          consumer.IsolationLevel
+	eos                bool
+	outputTopic        string
+	transactionalID    string
+	transactionTimeout time.Duration
+	smsURL             string
+	txnHistoryPath     string
 }
 
 // How consumerd waits for a cluster or a topic that is not there.
@@ -126,6 +135,16 @@ with the same partition count when missing), also acknowledged before the commit
 (a dead-lettered record's line has "dead_letter":TOPIC and "reason") and one per commit,
 assignment change (assigned, revoked, lost) and retention gap.
 
+--eos --output-topic T is Kafka's exactly-once read-process-write: each poll is one transaction of
+the transactional id --transactional-id (default GROUP-NAME), in which every input record's result
+goes to T and the input offsets are committed (TxnOffsetCommit with the group's generation and
+member id, so a member fenced by a rebalance cannot commit); input is read read_committed. A crash
+mid-poll leaves an open transaction that the restarted consumer (same id) aborts at once, and the
+inputs are processed again: T read read_committed has each input once, read_uncommitted also the
+aborted attempts. --sms-url URL also POSTs an "SMS" per input while processing it: the
+transaction does not cover that, so a crash repeats it (receivers must dedupe by event_id).
+--txn-history writes begin, step, send and end lines for chaos check --txn-history.
+
 A control endpoint (--control-listen) serves tapes.v1.ConsumerControlService: status, pause and
 resume (fetching stops, heartbeats go on), crash (exit at once, mid-batch, without committing
 or leaving) and stop (revoke, commit, leave). SIGINT/SIGTERM stop the same way.`
@@ -156,6 +175,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.mirrorTo, "mirror-to", "", "copy every record to this `topic` (an archive; created when missing) before committing its offset")
 	fs.IntVar(&o.fetchMaxBytes, "max-partition-fetch-bytes", 1<<20, "most bytes one fetch of a partition returns (max.partition.fetch.bytes; a first batch larger than it still comes)")
 	fs.IntVar(&o.maxBuffered, "max-buffered-records", 2000, "most records of a partition fetched ahead of processing: with --max-partition-fetch-bytes, how far a slow consumer reads ahead (and so what retention cannot take from it)")
+	fs.StringVar(&o.isolationStr, "isolation-level", "", "which records are read (isolation.level): read_uncommitted (up to the high watermark, records of open and aborted transactions included; Kafka's default, and consumerd's without --eos) or read_committed (below the last stable offset, aborted transactions dropped; the default with --eos)")
+	fs.BoolVar(&o.eos, "eos", false, "read-process-write in transactions: per poll, the results go to --output-topic and the input offsets are committed in ONE transaction (reads read_committed)")
+	fs.StringVar(&o.outputTopic, "output-topic", "", "with --eos: the `topic` the results are written to (one record per input: its key, value, event_id and the headers in-partition and in-offset)")
+	fs.StringVar(&o.transactionalID, "transactional-id", "", "with --eos: the transactional id (default GROUP-NAME: a restarted consumer of the same --name fences its predecessor and aborts its open transaction)")
+	fs.DurationVar(&o.transactionTimeout, "transaction-timeout", 10*time.Second, "with --eos: the coordinator aborts a transaction left open this long (transaction.timeout.ms)")
+	fs.StringVar(&o.smsURL, "sms-url", "", "with --eos: POST each input's SMS ({\"event_id\",\"to\",\"text\"} JSON) to this `URL` while processing it: an effect outside the log, which the transaction does not cover")
+	fs.StringVar(&o.txnHistoryPath, "txn-history", "", "with --eos: append the transactional history (begin, step, send and end lines, chaos check --txn-history) to this `file`")
 	fs.StringVar(&o.from, "from", "earliest", "where to start without a committed offset, or after retention deleted it (auto.offset.reset): earliest or latest")
 	fs.StringVar(&o.historyPath, "history", "", "append one JSON line per record processed, commit and assignment change to this `file` (created if missing; a restarted consumer continues it)")
 	fs.Int64Var(&o.crashAfter, "crash-after-records", 0, "exit at once (code 3) after processing this many records, mid-batch, without committing or leaving (0: never)")
@@ -204,9 +230,37 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, usagef("--crash-after-records %d: cannot be negative", o.crashAfter)
 	case o.sessionTimeout <= 0:
 		return nil, usagef("--session-timeout %v: want a positive duration", o.sessionTimeout)
+	case !o.eos && (o.outputTopic != "" || o.transactionalID != "" || o.smsURL != "" || o.txnHistoryPath != ""):
+		return nil, usagef("--output-topic, --transactional-id, --sms-url and --txn-history need --eos")
+	case o.eos && o.outputTopic == "":
+		return nil, usagef("--eos needs --output-topic T")
+	case o.eos && o.outputTopic == o.topic:
+		return nil, usagef("--output-topic %s: cannot be --topic itself", o.outputTopic)
+	case o.eos && o.commit != "after":
+		return nil, usagef("--eos --commit %s: with --eos the offsets are committed in each poll's transaction", o.commit)
+	case o.eos && o.isolationStr == "read_uncommitted":
+		return nil, usagef("--eos --isolation-level read_uncommitted: a transactional processor reads read_committed (else it processes aborted input)")
+	case o.eos && o.transactionTimeout <= 0:
+		return nil, usagef("--transaction-timeout %v: want a positive duration", o.transactionTimeout)
+	case o.eos && (o.sinkPath != "" || o.mirrorTo != "" || o.resequenceSalted):
+		return nil, usagef("--eos writes its results to --output-topic: --sink, --mirror-to and --resequence-salted are not for it")
 	case o.heartbeatInterval < 0 || (o.heartbeatInterval > 0 && o.heartbeatInterval >= o.sessionTimeout):
 		return nil, usagef("--heartbeat-interval %v: want a positive duration below --session-timeout %v", o.heartbeatInterval, o.sessionTimeout)
 	}
+	if o.eos && o.isolationStr == "" {
+		o.isolationStr = "read_committed"
+	}
+	if o.isolationStr == "" {
+		o.isolationStr = "read_uncommitted"
+	}
+	if o.eos && o.transactionalID == "" {
+		o.transactionalID = o.group + "-" + o.name
+	}
+	iso, err := consumer.ParseIsolationLevel(o.isolationStr)
+	if err != nil {
+		return nil, usagef("--isolation-level %q: want read_committed or read_uncommitted", o.isolationStr)
+	}
+	o.isolation = iso
 	if o.windowStr != "" {
 		w, err := sink.ParseWindow(o.windowStr)
 		if err != nil {

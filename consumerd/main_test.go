@@ -25,10 +25,18 @@ func TestBadCommandLinesAreRefusedBeforeJoining(t *testing.T) {
 		{[]string{"--assignor", "roundrobin"}, `--assignor "roundrobin"`},
 		{[]string{"--records-per-poll", "0"}, "--records-per-poll 0"},
 		{[]string{"--from", "middle"}, `--from "middle"`},
+		{[]string{"--isolation-level", "serializable"}, `--isolation-level "serializable": want read_committed or read_uncommitted`},
 		{[]string{"--crash-after-records", "-1"}, "--crash-after-records -1"},
 		{[]string{"--process-time", "-1s"}, "--process-time -1s"},
 		{[]string{"--session-timeout", "1s", "--heartbeat-interval", "2s"}, "--heartbeat-interval 2s"},
 		{[]string{"--auto-commit-interval", "0s"}, "--auto-commit-interval 0s"},
+		{[]string{"--eos"}, "--eos needs --output-topic T"},
+		{[]string{"--output-topic", "out"}, "need --eos"},
+		{[]string{"--eos", "--output-topic", "orders"}, "--output-topic orders: cannot be --topic itself"},
+		{[]string{"--eos", "--output-topic", "out", "--commit", "before"}, "--eos --commit before"},
+		{[]string{"--eos", "--output-topic", "out", "--isolation-level", "read_uncommitted"}, "--eos --isolation-level read_uncommitted"},
+		{[]string{"--eos", "--output-topic", "out", "--transaction-timeout", "0s"}, "--transaction-timeout 0s"},
+		{[]string{"--eos", "--output-topic", "out"}, "--eos writes its results to --output-topic: --sink"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	}
@@ -62,7 +70,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		t.Fatalf("--help: %v", err)
 	}
 	for _, want := range []string{"-group", "-topic", "-assignor", "-records-per-poll", "-commit", "-auto-commit-interval", "-process-time",
-		"-sink", "-idempotent-sink", "-from", "-history", "-crash-after-records", "-control-listen", "-session-timeout", `"event_id"`} {
+		"-sink", "-idempotent-sink", "-from", "-history", "-crash-after-records", "-control-listen", "-session-timeout", "-isolation-level", "-eos", "-output-topic", "-transactional-id", "-sms-url", "-txn-history", `"event_id"`} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("--help does not mention %s", want)
 		}

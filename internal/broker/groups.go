@@ -225,8 +225,20 @@ func (g *groupAPI) OffsetCommit(ctx context.Context, req *tapesv1.OffsetCommitRe
 }
 
 func (g *groupAPI) OffsetFetch(ctx context.Context, req *tapesv1.OffsetFetchRequest) (*tapesv1.OffsetFetchResponse, error) {
-	resp, err := g.b.groups.OffsetFetch(ctx, req)
-	return resp, kerr.ToStatus(err)
+	if !req.RequireStable {
+		resp, err := g.b.groups.OffsetFetch(ctx, req)
+		return resp, kerr.ToStatus(err)
+	}
+	resp, unstable, err := g.b.groups.OffsetFetchStable(ctx, req)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	for i, o := range resp.GetOffsets() {
+		if i < len(unstable) && unstable[i] {
+			return nil, kerr.ToStatus(kerr.New(kerr.UnstableOffsetCommit, "group %s: %s-%d has a transactional commit pending", req.GroupId, o.Topic, o.Partition))
+		}
+	}
+	return resp, nil
 }
 
 // DescribeGroups describes groups this broker coordinates; a group it does

@@ -208,9 +208,21 @@ func (c *Client) OffsetCommit(ctx context.Context, req *tapesv1.OffsetCommitRequ
 // OffsetFetch returns a group's committed offsets (all of them when
 // partitions is empty; -1 where nothing is committed).
 func (c *Client) OffsetFetch(ctx context.Context, group string, partitions []*tapesv1.TopicPartitions) ([]*tapesv1.CommittedOffset, error) {
+	return c.offsetFetch(ctx, group, partitions, false)
+}
+
+// OffsetFetchStable is OffsetFetch with require_stable: a partition whose
+// transactional commit is pending makes it UNSTABLE_OFFSET_COMMIT (the
+// caller retries; a read_committed consumer must not start from the offset
+// before a transaction that may still commit).
+func (c *Client) OffsetFetchStable(ctx context.Context, group string, partitions []*tapesv1.TopicPartitions) ([]*tapesv1.CommittedOffset, error) {
+	return c.offsetFetch(ctx, group, partitions, true)
+}
+
+func (c *Client) offsetFetch(ctx context.Context, group string, partitions []*tapesv1.TopicPartitions, stable bool) ([]*tapesv1.CommittedOffset, error) {
 	var resp *tapesv1.OffsetFetchResponse
 	err := c.coordinatorCall(ctx, "fetch offsets", group, 0, func(ctx context.Context, gc tapesv1.GroupServiceClient) (err error) {
-		resp, err = gc.OffsetFetch(ctx, &tapesv1.OffsetFetchRequest{GroupId: group, Partitions: partitions})
+		resp, err = gc.OffsetFetch(ctx, &tapesv1.OffsetFetchRequest{GroupId: group, Partitions: partitions, RequireStable: stable})
 		return err
 	})
 	return resp.GetOffsets(), err

@@ -72,8 +72,44 @@ type Config struct {
 	// but not yet polled, before fetching stops (default 2000): with
 	// FetchMaxBytes, how far a slow consumer reads ahead of its processing.
 	MaxBuffered int
-	Listener    Listener
-	Logger      *slog.Logger
+	// IsolationLevel is Kafka's isolation.level: ReadUncommitted (the
+	// default, as Kafka's) reads up to the high watermark, records of open
+	// and aborted transactions included; ReadCommitted reads below the last
+	// stable offset only, without the records of aborted transactions.
+	IsolationLevel IsolationLevel
+	Listener       Listener
+	Logger         *slog.Logger
+}
+
+// IsolationLevel is which records a consumer reads, with the values of
+// Kafka's isolation.level (and of FetchRequest.isolation_level).
+type IsolationLevel int32
+
+const (
+	ReadUncommitted IsolationLevel = 0
+	ReadCommitted   IsolationLevel = 1
+)
+
+// String is the level's name in Kafka's spelling.
+func (l IsolationLevel) String() string {
+	switch l {
+	case ReadUncommitted:
+		return "read_uncommitted"
+	case ReadCommitted:
+		return "read_committed"
+	}
+	return fmt.Sprintf("isolation-level(%d)", int32(l))
+}
+
+// ParseIsolationLevel reads read_committed or read_uncommitted.
+func ParseIsolationLevel(s string) (IsolationLevel, error) {
+	switch s {
+	case "read_uncommitted":
+		return ReadUncommitted, nil
+	case "read_committed":
+		return ReadCommitted, nil
+	}
+	return 0, fmt.Errorf("isolation level %q: want read_committed or read_uncommitted", s)
 }
 
 // ErrClosed is returned by Poll after Close.
@@ -107,6 +143,9 @@ func (c *Config) validate() error {
 	case "earliest", "latest":
 	default:
 		return fmt.Errorf("consumer: from %q: want earliest or latest", c.From)
+	}
+	if c.IsolationLevel != ReadUncommitted && c.IsolationLevel != ReadCommitted {
+		return fmt.Errorf("consumer: isolation level %d: want 0 (read_uncommitted) or 1 (read_committed)", c.IsolationLevel)
 	}
 	if c.FetchMaxBytes <= 0 {
 		c.FetchMaxBytes = 1 << 20
@@ -292,6 +331,25 @@ func (c *Consumer) Positions() map[TopicPartition]int64 {
 		}
 	}
 	return out
+}
+
+// Rewind moves owned partitions back to the given positions (Kafka's
+// seek): what their fetchers buffered is dropped and fetching starts again
+// there. A read-process-write loop whose transaction aborted rewinds to
+// where the transaction began, so that the next poll returns the same
+// records again. Partitions not owned any more are ignored. Poll goroutine
+// only.
+func (c *Consumer) Rewind(positions map[TopicPartition]int64) {
+	for tp, pos := range positions {
+		f := c.owned[tp]
+		if f == nil {
+			continue
+		}
+		f.close()
+		c.positions[tp] = pos
+		c.owned[tp] = c.newFetcher(tp, pos)
+	}
+	c.publish()
 }
 
 // State returns the member's state in a word, from any goroutine.
@@ -490,9 +548,7 @@ func (c *Consumer) start(ctx context.Context, tps []TopicPartition) {
 		req[0].Partitions = append(req[0].Partitions, tp.Partition)
 	}
 	committed := map[TopicPartition]int64{}
-	octx, cancel := context.WithTimeout(ctx, c.cfg.SessionTimeout)
-	offs, err := c.cl.OffsetFetch(octx, c.cfg.Group, req)
-	cancel()
+	offs, err := c.fetchCommitted(ctx, req)
 	if err != nil {
 		c.log.Warn("could not fetch committed offsets; starting from the reset policy", "err", err)
 	}
@@ -508,6 +564,32 @@ func (c *Consumer) start(ctx context.Context, tps []TopicPartition) {
 		}
 		c.positions[tp] = pos
 		c.owned[tp] = c.newFetcher(tp, pos)
+	}
+}
+
+// fetchCommitted asks the group's committed offsets. Read_committed asks
+// with require_stable, as Kafka's consumer does: while a transactional
+// commit of a partition is pending (UNSTABLE_OFFSET_COMMIT) it asks again,
+// every 100 ms until ctx ends, rather than start from the offset before a
+// transaction that may still commit (and so process its input twice).
+func (c *Consumer) fetchCommitted(ctx context.Context, req []*tapesv1.TopicPartitions) ([]*tapesv1.CommittedOffset, error) {
+	for {
+		octx, cancel := context.WithTimeout(ctx, c.cfg.SessionTimeout)
+		var offs []*tapesv1.CommittedOffset
+		var err error
+		if c.cfg.IsolationLevel == ReadCommitted {
+			offs, err = c.cl.OffsetFetchStable(octx, c.cfg.Group, req)
+		} else {
+			offs, err = c.cl.OffsetFetch(octx, c.cfg.Group, req)
+		}
+		cancel()
+		if !kerr.Is(err, kerr.UnstableOffsetCommit) {
+			return offs, err
+		}
+		c.log.Debug("a transactional offset commit is pending; asking again", "err", err)
+		if sleep(ctx, 100*time.Millisecond); ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 	}
 }
 

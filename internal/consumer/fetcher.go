@@ -105,7 +105,8 @@ func (f *fetcher) run(ctx context.Context, pos int64) {
 			continue
 		}
 		resp, err := c.cl.Fetch(ctx, &tapesv1.FetchRequest{Topic: f.tp.Topic, Partition: f.tp.Partition, Offset: pos,
-			MaxBytes: int32(c.cfg.FetchMaxBytes), MaxWaitMs: int32(c.cfg.FetchMaxWait / time.Millisecond)})
+			MaxBytes: int32(c.cfg.FetchMaxBytes), MaxWaitMs: int32(c.cfg.FetchMaxWait / time.Millisecond),
+			IsolationLevel: int32(c.cfg.IsolationLevel)})
 		if ke, ok := kerr.As(err); ok && ke.Code() == kerr.OffsetOutOfRange {
 			start, hw := ke.Detail.LogStartOffset, ke.Detail.HighWatermark
 			resume := start

@@ -176,6 +176,7 @@ func Run(ctx context.Context, x *Experiment, o Options) (*Outcome, error) {
 	in := check.Input{Expect: x.Expect}
 	in.ProducerHistories, _ = filepath.Glob(filepath.Join(o.Out, "producer-*.jsonl"))
 	in.ConsumerHistories, _ = filepath.Glob(filepath.Join(o.Out, "consumer-*.jsonl"))
+	in.TxnHistories, _ = filepath.Glob(filepath.Join(o.Out, "txn-*.jsonl"))
 	if _, err := os.Stat(e.Sink()); err == nil {
 		in.SinkDB = e.Sink()
 	}

@@ -144,8 +144,14 @@ type ConsumerStatusResponse struct {
 	CommitsFailed     int64 `protobuf:"varint,15,opt,name=commits_failed,json=commitsFailed,proto3" json:"commits_failed,omitempty"`
 	Rebalances        int64 `protobuf:"varint,16,opt,name=rebalances,proto3" json:"rebalances,omitempty"`
 	RecordsPerPoll    int32 `protobuf:"varint,17,opt,name=records_per_poll,json=recordsPerPoll,proto3" json:"records_per_poll,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// "read_uncommitted" (the default) or "read_committed" (--isolation-level).
+	IsolationLevel string `protobuf:"bytes,18,opt,name=isolation_level,json=isolationLevel,proto3" json:"isolation_level,omitempty"`
+	// With --eos: the topic the results go to and the transactional id
+	// (empty without --eos).
+	OutputTopic     string `protobuf:"bytes,19,opt,name=output_topic,json=outputTopic,proto3" json:"output_topic,omitempty"`
+	TransactionalId string `protobuf:"bytes,20,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ConsumerStatusResponse) Reset() {
@@ -295,6 +301,27 @@ func (x *ConsumerStatusResponse) GetRecordsPerPoll() int32 {
 		return x.RecordsPerPoll
 	}
 	return 0
+}
+
+func (x *ConsumerStatusResponse) GetIsolationLevel() string {
+	if x != nil {
+		return x.IsolationLevel
+	}
+	return ""
+}
+
+func (x *ConsumerStatusResponse) GetOutputTopic() string {
+	if x != nil {
+		return x.OutputTopic
+	}
+	return ""
+}
+
+func (x *ConsumerStatusResponse) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
 }
 
 type PauseConsumerRequest struct {
@@ -602,7 +629,7 @@ const file_tapes_v1_consumer_proto_rawDesc = "" +
 	"\x11ConsumerPartition\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1a\n" +
 	"\bposition\x18\x02 \x01(\x03R\bposition\x12\x1c\n" +
-	"\tcommitted\x18\x03 \x01(\x03R\tcommitted\"\xb5\x04\n" +
+	"\tcommitted\x18\x03 \x01(\x03R\tcommitted\"\xac\x05\n" +
 	"\x16ConsumerStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x14\n" +
@@ -627,7 +654,10 @@ const file_tapes_v1_consumer_proto_rawDesc = "" +
 	"\n" +
 	"rebalances\x18\x10 \x01(\x03R\n" +
 	"rebalances\x12(\n" +
-	"\x10records_per_poll\x18\x11 \x01(\x05R\x0erecordsPerPoll\"\x16\n" +
+	"\x10records_per_poll\x18\x11 \x01(\x05R\x0erecordsPerPoll\x12'\n" +
+	"\x0fisolation_level\x18\x12 \x01(\tR\x0eisolationLevel\x12!\n" +
+	"\foutput_topic\x18\x13 \x01(\tR\voutputTopic\x12)\n" +
+	"\x10transactional_id\x18\x14 \x01(\tR\x0ftransactionalId\"\x16\n" +
 	"\x14PauseConsumerRequest\"\x17\n" +
 	"\x15PauseConsumerResponse\"\x17\n" +
 	"\x15ResumeConsumerRequest\"\x18\n" +

@@ -1161,7 +1161,12 @@ type OffsetFetchRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	// Empty: every partition the group has committed.
-	Partitions    []*TopicPartitions `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions []*TopicPartitions `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Kafka's require_stable (KIP-447): when a partition asked has a
+	// transactional offset commit pending (its transaction not ended yet),
+	// answer UNSTABLE_OFFSET_COMMIT instead of the older committed offset; a
+	// read_committed consumer retries until the transaction ends.
+	RequireStable bool `protobuf:"varint,3,opt,name=require_stable,json=requireStable,proto3" json:"require_stable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1208,6 +1213,13 @@ func (x *OffsetFetchRequest) GetPartitions() []*TopicPartitions {
 		return x.Partitions
 	}
 	return nil
+}
+
+func (x *OffsetFetchRequest) GetRequireStable() bool {
+	if x != nil {
+		return x.RequireStable
+	}
+	return false
 }
 
 type CommittedOffset struct {
@@ -2086,12 +2098,13 @@ const file_tapes_v1_group_proto_rawDesc = "" +
 	"\rgeneration_id\x18\x02 \x01(\x05R\fgenerationId\x12\x1b\n" +
 	"\tmember_id\x18\x03 \x01(\tR\bmemberId\x129\n" +
 	"\aoffsets\x18\x04 \x03(\v2\x1f.tapes.v1.OffsetCommitPartitionR\aoffsets\"\x16\n" +
-	"\x14OffsetCommitResponse\"j\n" +
+	"\x14OffsetCommitResponse\"\x91\x01\n" +
 	"\x12OffsetFetchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x129\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2\x19.tapes.v1.TopicPartitionsR\n" +
-	"partitions\"\xa9\x01\n" +
+	"partitions\x12%\n" +
+	"\x0erequire_stable\x18\x03 \x01(\bR\rrequireStable\"\xa9\x01\n" +
 	"\x0fCommittedOffset\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
