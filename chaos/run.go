@@ -91,8 +91,24 @@ func (r *runCommand) Run(ctx context.Context, args []string) error {
 
 func printOutcome(w io.Writer, x *experiment.Experiment, o *experiment.Outcome) {
 	res := o.Result
-	fmt.Fprintf(w, "\n%s: %d sent, %d acknowledged, %d failed; %d records processed by consumers; %d read back\n",
-		x.Name, res.Sent, res.Acked, res.Failed, res.Processed, res.LogRecords)
+	fmt.Fprintf(w, "\n%s:", x.Name)
+	if res.Sent > 0 || res.Txn == nil {
+		fmt.Fprintf(w, " %d sent, %d acknowledged, %d failed; %d records processed by consumers;", res.Sent, res.Acked, res.Failed, res.Processed)
+		if res.LogRecords >= 0 {
+			fmt.Fprintf(w, " %d read back;", res.LogRecords)
+		}
+	}
+	if t := res.Txn; t != nil {
+		fmt.Fprintf(w, " %d transactions (%d committed, %d aborted, %d unknown), %d read-process-write steps; reads: %d read_committed, %d read_uncommitted (%d of aborted writes)",
+			t.Transactions, t.Committed, t.Aborted, t.Unknown, t.Steps, t.ReadCommitted, t.ReadUncommitted, t.AbortedSeenUncommitted)
+		if t.Effects > 0 {
+			fmt.Fprintf(w, "; %d external effects (%d duplicates)", t.Effects, t.ExternalDuplicates)
+		}
+		if h := t.LongestLSOHang; h != nil {
+			fmt.Fprintf(w, "; longest LSO hang %.1f s (%s-%d at %d)", h.Seconds, h.Topic, h.Partition, h.LSO)
+		}
+	}
+	fmt.Fprintln(w)
 	for _, k := range check.Kinds {
 		if n, ok := res.Counts[k]; ok && n > 0 {
 			fmt.Fprintf(w, "  %-22s %d\n", k, n)
