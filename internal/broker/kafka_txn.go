@@ -72,6 +72,16 @@ func (b *Broker) txnReady() error {
 	return nil
 }
 
+// txnAnswered logs why a transactional request of api for id is answered
+// COORDINATOR_NOT_AVAILABLE (Kafka's responses carry only the code, and the
+// client retries it for as long as it lasts), and returns err.
+func (b *Broker) txnAnswered(api, id string, err error) error {
+	if kerr.Is(err, kerr.CoordinatorNotAvailable) {
+		b.log.Warn("transaction coordinator not available", "api", api, "transactional_id", id, "err", err)
+	}
+	return err
+}
+
 // fencedForVersion is the code an old client understands for
 // PRODUCER_FENCED (KIP-588): INVALID_PRODUCER_EPOCH below fencedSince (the
 // first version that may answer PRODUCER_FENCED).
@@ -95,7 +105,7 @@ func (b *Broker) kafkaInitTxnProducerID(ctx context.Context, req *kmsg.InitProdu
 			TimeoutMs: req.TransactionTimeoutMillis, ProducerID: req.ProducerID, ProducerEpoch: req.ProducerEpoch}) // grpc_txn.go
 		if err != nil {
 			resp.ProducerID, resp.ProducerEpoch = -1, -1
-			resp.ErrorCode = fencedForVersion(err, req.Version, 4)
+			resp.ErrorCode = fencedForVersion(b.txnAnswered("InitProducerId", *req.TransactionalID, err), req.Version, 4)
 		}
 		return kafkawire.Respond(resp)
 	})
@@ -128,7 +138,7 @@ func (b *Broker) kafkaAddPartitionsToTxn(ctx context.Context, r *kafkawire.Reque
 			err = b.txns.AddPartitions(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, parts)
 		}
 	}
-	code := fencedForVersion(err, req.Version, 2)
+	code := fencedForVersion(b.txnAnswered("AddPartitionsToTxn", req.TransactionalID, err), req.Version, 2)
 	for _, t := range req.Topics {
 		rt := kmsg.NewAddPartitionsToTxnResponseTopic()
 		rt.Topic = t.Topic
@@ -156,7 +166,7 @@ func (b *Broker) kafkaAddOffsetsToTxn(ctx context.Context, r *kafkawire.Request)
 	req := r.Msg.(*kmsg.AddOffsetsToTxnRequest)
 	resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
 	err := b.addOffsetsToTxn(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group) // grpc_txn.go
-	resp.ErrorCode = fencedForVersion(err, req.Version, 2)
+	resp.ErrorCode = fencedForVersion(b.txnAnswered("AddOffsetsToTxn", req.TransactionalID, err), req.Version, 2)
 	return resp
 }
 
@@ -169,7 +179,7 @@ func (b *Broker) kafkaEndTxn(ctx context.Context, r *kafkawire.Request) kmsg.Res
 	if err == nil {
 		err = b.txns.EndTxn(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit)
 	}
-	resp.ErrorCode = fencedForVersion(err, req.Version, 2)
+	resp.ErrorCode = fencedForVersion(b.txnAnswered("EndTxn", req.TransactionalID, err), req.Version, 2)
 	return resp
 }
 

@@ -184,7 +184,7 @@ func (b *Broker) findTxnCoordinator(ctx context.Context, id string) (int32, stri
 	p := txn.PartitionFor(id, n)
 	leader, _ := b.partitionLeader(txn.StateTopic, p)
 	if leader <= 0 || (leader != b.cfg.ID && !b.alive(leader)) {
-		return -1, "", kerr.New(kerr.CoordinatorNotAvailable, "%s-%d (transactional id %s) has no live leader yet", txn.StateTopic, p, id)
+		return -1, "", b.txnAnswered("FindCoordinator", id, kerr.New(kerr.CoordinatorNotAvailable, "%s-%d (transactional id %s) has no live leader yet (leader %d as broker %d knows it)", txn.StateTopic, p, id, leader, b.cfg.ID))
 	}
 	var addr string
 	b.meta.View(func(s *metadata.State) { addr = s.Brokers[leader].KafkaAddress })

@@ -145,6 +145,33 @@ func (p *eosPipeline) kill() {
 // commits is how many transactions the pipeline has committed.
 func (p *eosPipeline) commits() int { return strings.Count(p.out.String(), "end committed=true") }
 
+// txnCoordinatorState describes, for a failure message, the coordinator of
+// transactional id: the broker FindCoordinator names, its process state,
+// and the transaction's state as that coordinator describes it.
+func txnCoordinatorState(e *testcluster.Env, adm *kadm.Client, id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, ok := adm.FindTxnCoordinators(ctx, id)[id]
+	switch {
+	case !ok:
+		return fmt.Sprintf("FindCoordinator(%s): no answer", id)
+	case r.Err != nil:
+		return fmt.Sprintf("FindCoordinator(%s): %v", id, r.Err)
+	}
+	out := fmt.Sprintf("coordinator of %s: broker %d", id, r.NodeID)
+	if st, err := e.C.ProcessStatus(testcluster.BrokerName(r.NodeID)); err == nil {
+		out += fmt.Sprintf(" (%s%s)", st.State, map[bool]string{true: ", last exit " + st.LastExit}[st.LastExit != ""])
+	}
+	ds, err := adm.DescribeTransactions(ctx, id)
+	if d, ok := ds[id]; err == nil && ok && d.Err == nil {
+		return out + fmt.Sprintf(", transaction %s producer %d epoch %d partitions %v (DescribeTransactions by broker %d)",
+			d.State, d.ProducerID, d.ProducerEpoch, d.Topics.Sorted(), d.Coordinator)
+	} else if ok && d.Err != nil {
+		err = d.Err
+	}
+	return out + fmt.Sprintf(", DescribeTransactions: %v", err)
+}
+
 // TestKafkaEOSReadProcessWrite: franz-go's GroupTransactSession reads an
 // input topic and writes one output record per input record, committing
 // its input offsets in the same transaction, while (a) the leader of an
@@ -186,7 +213,14 @@ func TestKafkaEOSReadProcessWrite(t *testing.T) {
 	first := startEOSPipeline(t, e, group, "eos-in", "eos-out", txnID, hold)
 	waitCommits := func(p *eosPipeline, n int, what string) {
 		t.Helper()
-		eventually.True(t, 120*time.Second, fmt.Sprintf("%s: %d committed transactions", what, n), func() bool { return p.commits() >= n })
+		if eventually.Wait(120*time.Second, func() error {
+			if p.commits() < n {
+				return fmt.Errorf("%d", p.commits())
+			}
+			return nil
+		}) != nil {
+			t.Fatalf("%s: %d committed transactions after 2m, want %d; %s", what, p.commits(), n, txnCoordinatorState(e, adm, txnID))
+		}
 	}
 	killRestart := func(id int32, why string) {
 		t.Helper()

@@ -592,3 +592,40 @@ func TestRecordFormat(t *testing.T) {
 		t.Fatal("an unknown state decoded")
 	}
 }
+
+// TestRecoveringProducerIsBumpedAfterItsAbort: a producer that recovers
+// with KIP-360 (InitProducerId naming its own id and epoch, as franz-go
+// does after a produce error while a transaction is open) gets its
+// transaction aborted with the epoch bumped and CONCURRENT_TRANSACTIONS;
+// its retry with the same epoch once the abort completed gets the epoch
+// bumped past the abort markers' one, not PRODUCER_FENCED (which left
+// TestKafkaEOSReadProcessWrite's pipeline with no usable epoch: the
+// coordinator stayed at CompleteAbort, epoch+1, forever).
+func TestRecoveringProducerIsBumpedAfterItsAbort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log := &memLog{term: 1}
+		mk := &fakeMarkers{hold: make(chan struct{})}
+		e := newEnv(t, log, mk)
+		pid, epoch := e.mustInit("t")
+		e.add("t", pid, epoch, orders0)
+		_, _, err := e.init("t", pid, epoch)
+		wantErr(t, "the recovering producer's InitProducerId", err, kerr.ConcurrentTransactions)
+		synctest.Wait()
+		_, _, err = e.init("t", pid, epoch)
+		wantErr(t, "its retry while the abort completes", err, kerr.ConcurrentTransactions)
+		close(mk.hold)
+		synctest.Wait()
+		p2, e2, err := e.init("t", pid, epoch)
+		if err != nil || p2 != pid || e2 != epoch+2 {
+			t.Fatalf("retry after the abort: %d/%d %v, want %d/%d", p2, e2, err, pid, epoch+2)
+		}
+		if calls := mk.attempts(); len(calls) != 1 || calls[0].Commit || calls[0].ProducerEpoch != epoch+1 {
+			t.Fatalf("abort markers: %+v", calls)
+		}
+		e.add("t", p2, e2, orders1)
+		wantErr(t, "the old epoch's add", e.c.AddPartitions(context.Background(), "t", pid, epoch, []TopicPartition{orders0}), kerr.ProducerFenced)
+		if got, want := log.states(t, "t"), []State{Empty, Ongoing, PrepareAbort, CompleteAbort, Empty, Ongoing}; !slices.Equal(got, want) {
+			t.Fatalf("records %v, want %v", got, want)
+		}
+	})
+}

@@ -291,6 +291,12 @@ func (s *shard) initProducerID(ctx context.Context, req InitRequest) (int64, int
 		// The previous incarnation's transaction: abort it with the epoch
 		// bumped (fencing it); the caller retries until it completed.
 		v := s.fence(t, now)
+		if expected && req.ProducerID == cur.ProducerID && req.ProducerEpoch == cur.ProducerEpoch {
+			// KIP-360: the current producer itself recovers (franz-go
+			// does after a produce error); it retries with the same
+			// epoch once the abort completed, and must then get a bump.
+			v.LastProducerEpoch = cur.ProducerEpoch
+		}
 		t.pending = true
 		s.mu.Unlock()
 		if err := s.write(ctx, id, t, v); err != nil {
@@ -312,6 +318,13 @@ func (s *shard) initProducerID(ctx context.Context, req InitRequest) (int64, int
 	case !expected:
 		v.ProducerEpoch, v.LastProducerEpoch = cur.ProducerEpoch+1, -1
 	case cur.ProducerEpoch < 0 || req.ProducerEpoch == cur.ProducerEpoch:
+		v.ProducerEpoch, v.LastProducerEpoch = cur.ProducerEpoch+1, cur.ProducerEpoch
+	case cur.State == CompleteAbort && req.ProducerEpoch >= 0 && req.ProducerEpoch == cur.LastProducerEpoch:
+		// The retry of a KIP-360 InitProducerId whose first attempt
+		// aborted the producer's own transaction with the epoch bumped
+		// (answered CONCURRENT_TRANSACTIONS): bump past the abort
+		// markers' epoch. Answering PRODUCER_FENCED here left the
+		// producer with no usable epoch.
 		v.ProducerEpoch, v.LastProducerEpoch = cur.ProducerEpoch+1, cur.ProducerEpoch
 	case req.ProducerEpoch == cur.LastProducerEpoch:
 		// A retry of a bump whose answer was lost: the same answer.
