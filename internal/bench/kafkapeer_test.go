@@ -150,6 +150,31 @@ func (p *kafkaPeer) createTopic(t *testing.T, topic string, partitions int32) {
 	})
 }
 
+// settle waits, for at most limit, until the brokers together use less
+// than a fifth of a core over 2 s: just started, the JVMs still load
+// classes and compile, which on this machine's two cores would be charged
+// to the row (the peer harness likewise waits for a quiet machine). It
+// returns how long it waited and the brokers' last CPU (% of a core).
+func (p *kafkaPeer) settle(t *testing.T, limit time.Duration) (time.Duration, float64) {
+	t.Helper()
+	start := time.Now()
+	for {
+		before := 0.0
+		for _, pid := range p.brokers {
+			before -= cpuSeconds(t, pid)
+		}
+		time.Sleep(2 * time.Second)
+		used := before
+		for _, pid := range p.brokers {
+			used += cpuSeconds(t, pid)
+		}
+		pct := 100 * used / 2
+		if pct < 20 || time.Since(start) >= limit {
+			return time.Since(start), pct
+		}
+	}
+}
+
 // stored is the sum of topic's end offsets (log start is 0 on a fresh
 // topic).
 func (p *kafkaPeer) stored(topic string) (int64, error) {

@@ -120,11 +120,15 @@ func printPerfRow(name string, r perfResult) {
 // kperf-apache (6 partitions, RF 3, min.insync.replicas=2), runs
 // kafka-producer-perf-test with args(bootstrap) against it, prints the row
 // with the brokers' CPU and the machine's load over it, checks that Kafka
-// holds every record, and stops every Kafka process it started.
+// holds every record, and stops every Kafka process it started. The
+// producer's CPU is over the JVM's whole life, its start included.
 func apacheKafkaRow(t *testing.T, dir string, args func(bootstrap string) []string) perfResult {
 	t.Helper()
 	p := startKafkaPeer(t, dir)
 	p.createTopic(t, "kperf-apache", 6)
+	waited, idle := p.settle(t, 2*time.Minute)
+	fmt.Printf("    Apache Kafka up (bootstrap %s); waited %.0f s for its brokers to settle (now %.0f%% of a core together)\n",
+		strings.Join(p.bootstrap, ","), waited.Seconds(), idle)
 	brokerCPU := make([]float64, len(p.brokers))
 	for i, pid := range p.brokers {
 		brokerCPU[i] = cpuSeconds(t, pid)
