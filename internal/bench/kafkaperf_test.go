@@ -3,12 +3,14 @@ package bench
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/compat"
+	"github.com/tapes-dev/tapes/internal/eventually"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
@@ -24,8 +26,14 @@ import (
 // ratios Kafka/gRPC, and under each row every broker's fsyncs/s, CPU and
 // profile. The rows alternate (gRPC, Kafka, gRPC, ...) for
 // TAPES_BENCH_KAFKA_ROUNDS rounds (default 1) of TAPES_BENCH_PERF_RECORDS
-// records each (default 1,000,000). Skipped, with the reason, when java or
-// Kafka's jars are missing. The goal (issue 10): the Kafka front end within
+// records each (default 1,000,000). Each row gives the producer process's
+// CPU (% of one core over its run), to show whether the producer, on the
+// same cores, bounds it. With TAPES_BENCH_KAFKA_PEER=DIR (a copy of
+// ../shared/peers/kafka whose fetch.sh has run), the same
+// kafka-producer-perf-test command then runs against a real 3-broker
+// Apache Kafka started from DIR in the same test, on the same topic shape,
+// as the table's last row; every Kafka process is stopped by PID after it.
+// Skipped, with the reason, when java or Kafka's jars are missing. The goal (issue 10): the Kafka front end within
 // 10% of the gRPC path; nothing here asserts it.
 func TestBenchKafkaPerf(t *testing.T) {
 	needBench(t)
@@ -41,7 +49,7 @@ func TestBenchKafkaPerf(t *testing.T) {
 
 	fmt.Printf("\nkafka-producer-perf-test (Kafka listener) vs producerd perf (gRPC), same cluster: acks=all, idempotent, 100-byte records, %d records unthrottled,\n", records)
 	fmt.Printf("6 partitions (RF 3, min.insync.replicas=2), batch 16384 bytes, linger 5 ms, 5 in flight per partition, producer on the same machine\n")
-	fmt.Printf("%-26s %12s %8s %9s %9s %9s %9s %9s %9s\n", "producer (front end)", "records/s", "MB/s", "avg ms", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms")
+	fmt.Printf("%-26s %12s %8s %9s %9s %9s %9s %9s %9s %10s\n", "producer (front end)", "records/s", "MB/s", "avg ms", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", "prod CPU%")
 	topicN := 0
 	row := func(name string, run func(topic string) perfResult) perfResult {
 		topicN++
@@ -51,7 +59,7 @@ func TestBenchKafkaPerf(t *testing.T) {
 		pw := watchPlacement(e, topic, 6)
 		r := run(topic)
 		placement := pw.stop(3)
-		fmt.Printf("%-26s %12.0f %8.2f %9.1f %9d %9d %9d %9d %9.0f\n", name, r.recsPerSec, r.mbPerSec, r.avgMs, r.p50, r.p95, r.p99, r.p999, r.maxMs)
+		printPerfRow(name, r)
 		printProgress(r)
 		fmt.Println(placement)
 		o.print()
@@ -84,10 +92,83 @@ func TestBenchKafkaPerf(t *testing.T) {
 	g, k := bestRate(grpc), bestRate(kafka)
 	fmt.Printf("Kafka listener / gRPC (best of %d each): records/s %.2f, p50 %.2f, p99 %.2f (goal: records/s at least 0.90)\n",
 		rounds, k.recsPerSec/g.recsPerSec, ratio(k.p50, g.p50), ratio(k.p99, g.p99))
+	if dir := os.Getenv("TAPES_BENCH_KAFKA_PEER"); dir == "" {
+		fmt.Println("Apache Kafka (same tool, same topic shape): skipped: set TAPES_BENCH_KAFKA_PEER to a copy of ../shared/peers/kafka whose fetch.sh has run")
+	} else {
+		kafkaArgs := func(bootstrap string) []string {
+			return []string{"--topic", "kperf-apache", "--num-records", fmt.Sprint(records), "--record-size", "100", "--throughput", "-1",
+				"--command-property", "acks=all", "enable.idempotence=true", "bootstrap.servers=" + bootstrap}
+		}
+		a := apacheKafkaRow(t, dir, kafkaArgs)
+		fmt.Printf("Apache Kafka / gRPC: records/s %.2f, p50 %.2f, p99 %.2f; tapes' Kafka listener / Apache Kafka: records/s %.2f\n",
+			a.recsPerSec/g.recsPerSec, ratio(a.p50, g.p50), ratio(a.p99, g.p99), k.recsPerSec/a.recsPerSec)
+		commands = append(commands, a.command)
+	}
 	fmt.Println("commands (the bootstrap addresses are the fresh cluster's; kafka-producer-perf-test is " + compat.ProducerPerformance + " on " + compat.LibDir() + "/*):")
 	for _, c := range commands {
 		fmt.Println("  " + c)
 	}
+}
+
+// printPerfRow prints one row of the table: the tool's figures and the
+// producer's CPU.
+func printPerfRow(name string, r perfResult) {
+	fmt.Printf("%-26s %12.0f %8.2f %9.1f %9d %9d %9d %9d %9.0f %10.0f\n", name, r.recsPerSec, r.mbPerSec, r.avgMs, r.p50, r.p95, r.p99, r.p999, r.maxMs, r.cpuPercent())
+}
+
+// apacheKafkaRow starts Apache Kafka from the peer copy in dir, creates
+// kperf-apache (6 partitions, RF 3, min.insync.replicas=2), runs
+// kafka-producer-perf-test with args(bootstrap) against it, prints the row
+// with the brokers' CPU and the machine's load over it, checks that Kafka
+// holds every record, and stops every Kafka process it started. The
+// producer's CPU is over the JVM's whole life, its start included.
+func apacheKafkaRow(t *testing.T, dir string, args func(bootstrap string) []string) perfResult {
+	t.Helper()
+	p := startKafkaPeer(t, dir)
+	p.createTopic(t, "kperf-apache", 6)
+	waited, idle := p.settle(t, 2*time.Minute)
+	fmt.Printf("    Apache Kafka up (bootstrap %s); waited %.0f s for its brokers to settle (now %.0f%% of a core together)\n",
+		strings.Join(p.bootstrap, ","), waited.Seconds(), idle)
+	brokerCPU := make([]float64, len(p.brokers))
+	for i, pid := range p.brokers {
+		brokerCPU[i] = cpuSeconds(t, pid)
+	}
+	machine := openMachine(p.brokers...)
+	start := time.Now()
+	a := args(strings.Join(p.bootstrap, ","))
+	name, jargs := compat.JavaCmd("", compat.ProducerPerformance, a...)
+	r := runPerfTool(t, "kafka-producer-perf-test "+strings.Join(a, " ")+"  (against Apache Kafka)", name, jargs...)
+	elapsed := time.Since(start).Seconds()
+	var cpus []string
+	for i, pid := range p.brokers {
+		cpus = append(cpus, fmt.Sprintf("%.0f%%", 100*(cpuSeconds(t, pid)-brokerCPU[i])/elapsed))
+	}
+	printPerfRow("Apache Kafka 3 brokers", r)
+	printProgress(r)
+	fmt.Println("    " + machine.String())
+	fmt.Printf("    Kafka brokers (PIDs %v): CPU %s of a core\n", p.brokers, strings.Join(cpus, ", "))
+	eventually.Nil(t, 30*time.Second, fmt.Sprintf("Apache Kafka to hold the %d records sent", r.records), func() error {
+		n, err := p.stored("kperf-apache")
+		if err == nil && n != r.records {
+			err = fmt.Errorf("%d stored", n)
+		}
+		return err
+	})
+	if err := p.stop(); err != nil {
+		t.Error(err)
+	}
+	var left []int
+	for _, pid := range p.brokers {
+		if kafkaBrokerRunning(pid) {
+			left = append(left, pid)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("Kafka brokers left running: %v", left)
+	} else {
+		fmt.Printf("    stopped Apache Kafka: harness PID %d and brokers %v gone\n", p.harness.Process.Pid, p.brokers)
+	}
+	return r
 }
 
 // bestRate is the run with the most records/s.

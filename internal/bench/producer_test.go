@@ -25,7 +25,16 @@ type perfResult struct {
 	p50, p95, p99, p999  int64
 	command              string
 	elapsed              time.Duration
+	cpu                  time.Duration // the producer process's user+system CPU over its life
 	stdout, stderr       string
+}
+
+// cpuPercent is the producer's CPU as % of one core over its run.
+func (r perfResult) cpuPercent() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return 100 * r.cpu.Seconds() / r.elapsed.Seconds()
 }
 
 // runPerf runs `producerd perf` with args against e and parses its final
@@ -47,6 +56,12 @@ func runPerfTool(t *testing.T, command, name string, args ...string) perfResult 
 	start := time.Now()
 	err := cmd.Run()
 	r := perfResult{command: command, elapsed: time.Since(start), stdout: out.String(), stderr: errb.String()}
+	if ps := cmd.ProcessState; ps != nil {
+		// The kernel's utime+stime of the child (all its threads: the
+		// JVM's too), the counters /proc/PID/stat shows, read at its
+		// reaping, so none of its last moments is missed.
+		r.cpu = ps.UserTime() + ps.SystemTime()
+	}
 	if err != nil {
 		t.Fatalf("%s: %v\n%s\n%s", r.command, err, r.stdout, r.stderr)
 	}
