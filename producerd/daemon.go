@@ -666,6 +666,14 @@ func (d *daemon) progressLoop(done <-chan struct{}) {
 		case <-done:
 			return
 		case now := <-t.C:
+			if d.txn != nil {
+				st := d.status()
+				rate := float64(st.Acked-last) / now.Sub(lastAt).Seconds()
+				last, lastAt = st.Acked, now
+				fmt.Fprintf(d.out, "%s: %d sent, %d committed in %d transactions, %d aborted transactions, %.0f committed/s\n",
+					d.o.name, st.Sent, st.Acked, st.TransactionsCommitted, st.TransactionsAborted, rate)
+				continue
+			}
 			st := d.prod.Stats()
 			rate := float64(st.Acked-last) / now.Sub(lastAt).Seconds()
 			last, lastAt = st.Acked, now

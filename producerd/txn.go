@@ -26,8 +26,14 @@ type txnMode struct {
 	p      *client.TxnProducer
 	hist   *os.File // nil without --history
 	sticky *partitioner.Sticky
-	batch  []*producer.Record
 	n      int64 // transactions begun
+	// The open transaction: its name, records so far, records not yet
+	// sent, keyless records' partition.
+	open       bool
+	name       string
+	count      int64
+	pending    []*producer.Record
+	stickyPart int32
 	// Counters, under daemon.mu.
 	sent, acked, committed, aborted int64
 	failed                          map[string]int64
@@ -60,62 +66,95 @@ func (d *daemon) txnStart(ctx context.Context, cl *client.Client) error {
 	return nil
 }
 
-// txnAdd adds rec to the open batch and runs the transaction once it holds
-// --txn-records records.
-func (d *daemon) txnAdd(rec *producer.Record) error {
-	d.txn.batch = append(d.txn.batch, rec)
-	if int64(len(d.txn.batch)) < d.o.txnRecords {
-		return nil
-	}
-	return d.txnFlush()
-}
+// txnChunk is the most records sent to the broker at once inside a
+// transaction: records are written as they are made, so a transaction is
+// open (and its records in the log, uncommitted) while it fills.
+const txnChunk = 10
 
-// txnFlush writes the batch as one transaction: Begin, every record to its
-// partition, Commit; a failed produce aborts it. A stop request does not
-// cut it short (its context is not the generator's): on SIGTERM the last,
-// partial batch is committed too. ErrProducerFenced is returned as is.
-func (d *daemon) txnFlush() error {
+// txnAdd adds rec to the open transaction (beginning one first), sends
+// what is pending once txnChunk records are, and ends the transaction
+// once it holds --txn-records records.
+func (d *daemon) txnAdd(rec *producer.Record) error {
 	t := d.txn
-	recs := t.batch
-	t.batch = nil
-	if len(recs) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), d.o.deliveryTimeout+d.o.requestTimeout)
-	defer cancel()
-	pid, epoch := t.p.ProducerID, int16(t.p.Epoch)
-	name := fmt.Sprintf("%s/%d/%d", d.o.transactionalID, epoch, t.n)
-	t.n++
-	line := func(l check.TxnLine) error {
-		l.Process, l.At, l.Txn = d.o.name, time.Now().UTC(), name
-		if t.hist == nil {
-			return nil
-		}
-		b, err := json.Marshal(l)
-		if err != nil {
+	if !t.open {
+		if err := d.txnBegin(); err != nil {
 			return err
 		}
-		// One write per line, unbuffered: a line is in the file before the
-		// request it announces is sent (the "requested" end line).
-		if _, err := t.hist.Write(append(b, '\n')); err != nil {
-			return fmt.Errorf("--history %s: %w", d.o.history, err)
+	}
+	t.pending = append(t.pending, rec)
+	t.count++
+	if len(t.pending) >= txnChunk || t.count >= d.o.txnRecords {
+		if err := d.txnSend(); err != nil {
+			return d.txnEnd(err)
 		}
+	}
+	if t.count >= d.o.txnRecords {
+		return d.txnEnd(nil)
+	}
+	return nil
+}
+
+// txnFlush ends the open transaction, if any: its pending records are
+// sent and it commits (on SIGTERM, Stop, the end of --count or
+// --duration). Its context is not the generator's: a stop does not cut
+// it short.
+func (d *daemon) txnFlush() error {
+	if !d.txn.open {
 		return nil
 	}
-	if err := line(check.TxnLine{Type: check.TxnBegin, TransactionalID: d.o.transactionalID, ProducerID: &pid, Epoch: &epoch}); err != nil {
+	return d.txnEnd(d.txnSend())
+}
+
+// txnLine writes one line of the transactional history of the open
+// transaction, unbuffered: a line is in the file before the request it
+// announces is sent (the "requested" end line).
+func (d *daemon) txnLine(l check.TxnLine) error {
+	t := d.txn
+	l.Process, l.At, l.Txn = d.o.name, time.Now().UTC(), t.name
+	if t.hist == nil {
+		return nil
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	if _, err := t.hist.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("--history %s: %w", d.o.history, err)
+	}
+	return nil
+}
+
+func (d *daemon) txnBegin() error {
+	t := d.txn
+	pid, epoch := t.p.ProducerID, int16(t.p.Epoch)
+	t.name = fmt.Sprintf("%s/%d/%d", d.o.transactionalID, epoch, t.n)
+	t.n++
+	if err := d.txnLine(check.TxnLine{Type: check.TxnBegin, TransactionalID: d.o.transactionalID, ProducerID: &pid, Epoch: &epoch}); err != nil {
 		return err
 	}
 	if err := t.p.Begin(); err != nil {
 		return err
 	}
-	// Partitions as the batching producer picks them: keyed records by
-	// murmur2, keyless ones stick to one partition per transaction.
+	t.open, t.count = true, 0
+	// Keyless records stick to one partition per transaction.
+	t.stickyPart = t.sticky.Next(d.prod.Partitions(), true)
+	return nil
+}
+
+// txnSend sends the pending records, each to its partition as the
+// batching producer picks it (keyed records by murmur2), and writes their
+// send lines.
+func (d *daemon) txnSend() error {
+	t := d.txn
+	recs := t.pending
+	t.pending = nil
+	ctx, cancel := context.WithTimeout(context.Background(), d.o.deliveryTimeout+d.o.requestTimeout)
+	defer cancel()
 	nparts := d.prod.Partitions()
-	sticky := t.sticky.Next(nparts, true)
 	var order []int32
 	byPart := map[int32][]*producer.Record{}
 	for _, r := range recs {
-		p := sticky
+		p := t.stickyPart
 		if r.Key != nil {
 			p = partitioner.ForKey(r.Key, nparts)
 		}
@@ -124,7 +163,6 @@ func (d *daemon) txnFlush() error {
 		}
 		byPart[p] = append(byPart[p], r)
 	}
-	var sendErr error
 	for _, p := range order {
 		rs := byPart[p]
 		wire := make([]*tapesv1.Record, len(rs))
@@ -132,14 +170,15 @@ func (d *daemon) txnFlush() error {
 		for i, r := range rs {
 			wire[i] = &tapesv1.Record{TimestampMs: now, Key: r.Key, Value: r.Value, Headers: r.Headers}
 		}
-		d.mu.Lock()
-		t.sent += int64(len(rs))
-		d.mu.Unlock()
 		resp, err := t.p.Produce(ctx, d.o.topic, p, wire)
+		if err == nil {
+			d.mu.Lock()
+			t.sent += int64(len(rs)) // in the log, uncommitted
+			d.mu.Unlock()
+		}
 		status, ename := check.SendOK, ""
 		if err != nil {
 			status, ename = check.SendError, errName(err)
-			sendErr = err
 		}
 		for i, r := range rs {
 			part, off := p, int64(-1)
@@ -151,59 +190,72 @@ func (d *daemon) txnFlush() error {
 			if r.Key != nil {
 				l.Key = &key
 			}
-			if werr := line(l); werr != nil {
+			if werr := d.txnLine(l); werr != nil {
 				return werr
 			}
 		}
 		if err != nil {
-			break
+			return err
 		}
 	}
+	return nil
+}
+
+// txnEnd commits the open transaction, or aborts it when sendErr (a
+// failed send) is set. ErrProducerFenced is returned as is.
+func (d *daemon) txnEnd(sendErr error) error {
+	t := d.txn
+	ctx, cancel := context.WithTimeout(context.Background(), d.o.deliveryTimeout+d.o.requestTimeout)
+	defer cancel()
+	n := t.count
+	t.open, t.count, t.pending = false, 0, nil
 	commit := sendErr == nil
 	outcome := check.OutcomeAbort
 	if commit {
 		outcome = check.OutcomeCommit
 	}
-	if err := line(check.TxnLine{Type: check.TxnEnd, Outcome: outcome, Status: check.EndRequested}); err != nil {
-		return err
-	}
 	var endErr error
-	if commit {
-		endErr = t.p.Commit(ctx)
-	} else {
-		endErr = t.p.Abort(ctx)
-	}
-	end := check.TxnLine{Type: check.TxnEnd, Outcome: outcome, Status: check.EndOK}
-	switch {
-	case endErr == nil:
-	case kerr.CodeOf(endErr) == "" || errors.Is(endErr, context.DeadlineExceeded):
-		end.Status = check.EndUnknown
-	default:
-		end.Status, end.Error = check.EndError, errName(endErr)
-	}
-	if err := line(end); err != nil {
-		return err
+	if !errors.Is(sendErr, client.ErrProducerFenced) {
+		if err := d.txnLine(check.TxnLine{Type: check.TxnEnd, Outcome: outcome, Status: check.EndRequested}); err != nil {
+			return err
+		}
+		if commit {
+			endErr = t.p.Commit(ctx)
+		} else {
+			endErr = t.p.Abort(ctx)
+		}
+		end := check.TxnLine{Type: check.TxnEnd, Outcome: outcome, Status: check.EndOK}
+		switch {
+		case endErr == nil:
+		case kerr.CodeOf(endErr) == "" || errors.Is(endErr, context.DeadlineExceeded):
+			end.Status = check.EndUnknown
+		default:
+			end.Status, end.Error = check.EndError, errName(endErr)
+		}
+		if err := d.txnLine(end); err != nil {
+			return err
+		}
 	}
 	d.mu.Lock()
 	switch {
 	case endErr != nil:
-		t.failed[errName(endErr)] += int64(len(recs))
+		t.failed[errName(endErr)] += n
 	case commit:
 		t.committed++
-		t.acked += int64(len(recs))
+		t.acked += n
 	default:
 		t.aborted++
-		t.failed[errName(sendErr)] += int64(len(recs))
+		t.failed[errName(sendErr)] += n
 	}
 	d.mu.Unlock()
 	if errors.Is(sendErr, client.ErrProducerFenced) || errors.Is(endErr, client.ErrProducerFenced) {
 		return errors.Join(sendErr, endErr)
 	}
 	if endErr != nil {
-		return fmt.Errorf("transaction %s: %s: %w", name, outcome, endErr)
+		return fmt.Errorf("transaction %s: %s: %w", t.name, outcome, endErr)
 	}
 	if sendErr != nil {
-		d.log.Warn("transaction aborted", "txn", name, "err", sendErr)
+		d.log.Warn("transaction aborted", "txn", t.name, "err", sendErr)
 	}
 	return nil
 }
