@@ -124,7 +124,7 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	fs.StringVar(&o.transactionalID, "transactional-id", "", "transactional `id`: write records in transactions (see above; empty: not transactional)")
 	fs.Int64Var(&o.txnRecords, "txn-records", 100, "with --transactional-id, records per transaction (more than 0)")
-	fs.Var(msDuration{&o.txnTimeout}, "transaction-timeout", "with --transactional-id, transaction.timeout.ms: the coordinator aborts a transaction open longer (ms or a duration; default 60s)")
+	fs.Var(msDuration{&o.txnTimeout}, "transaction-timeout", "with --transactional-id, transaction.timeout.ms: the coordinator aborts a transaction open longer (ms or a duration)")
 	if err := parse(fs, args); err != nil {
 		return nil, err
 	}
