@@ -20,6 +20,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/tapes-dev/tapes/internal/client"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/producer"
@@ -49,6 +50,10 @@ type daemonOpts struct {
 	progress      time.Duration
 	closeTimeout  time.Duration
 	logLevel      string
+	// Transactional mode.
+	transactionalID string
+	txnRecords      int64
+	txnTimeout      time.Duration
 }
 
 const daemonAbout = `Writes records to a topic until --count records or --duration have passed (or forever), at
@@ -83,11 +88,19 @@ offset is -1 when unknown; error and acked_at are null on success and on failure
 Error names: the broker's Kafka names, NETWORK_EXCEPTION (connection failed or lost),
 REQUEST_TIMED_OUT (not answered in time, or older than --delivery-timeout), PRODUCER_CLOSED.
 
+--transactional-id ID makes it a transactional producer: it initialises ID (fencing an earlier
+producerd with the same id, whose open transaction the coordinator aborts) and writes every
+--txn-records records as one transaction (Begin, the records to their partitions, Commit; a
+failed write aborts it). Read_committed consumers see whole transactions only. Ctrl-C or SIGTERM
+commit the open transaction's records before exiting. Fenced by a newer incarnation, it says so
+and exits 1. With --history its file is internal/check's transactional history, one JSON line
+each (begin, send, end requested, end ok/error/unknown), for chaos check --txn-history F.
+
 Exit status: 0 every record acknowledged; 1 some failed (or the cluster was unreachable);
 2 bad command line; 3 input the cluster cannot take (unknown topic, record too large).`
 
 func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
-	o := &daemonOpts{}
+	o := &daemonOpts{txnTimeout: 60 * time.Second}
 	fs := newFlags("producerd", "producerd (--bootstrap-server ADDR[,ADDR] | --dir DIR) --topic T [FLAGS]\n  producerd perf --help", daemonAbout, stderr)
 	o.target.addFlags(fs)
 	fs.StringVar(&o.topic, "topic", "", "topic to write to (required; it must exist)")
@@ -109,6 +122,9 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 	fs.DurationVar(&o.progress, "progress", 5*time.Second, "print a progress line this often (0: never)")
 	fs.DurationVar(&o.closeTimeout, "close-timeout", 5*time.Second, "after Ctrl-C, SIGTERM or Stop, how long to wait for records in flight")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
+	fs.StringVar(&o.transactionalID, "transactional-id", "", "transactional `id`: write records in transactions (see above; empty: not transactional)")
+	fs.Int64Var(&o.txnRecords, "txn-records", 100, "with --transactional-id, records per transaction (more than 0)")
+	fs.Var(msDuration{&o.txnTimeout}, "transaction-timeout", "with --transactional-id, transaction.timeout.ms: the coordinator aborts a transaction open longer (ms or a duration)")
 	if err := parse(fs, args); err != nil {
 		return nil, err
 	}
@@ -144,6 +160,10 @@ func parseDaemon(args []string, stderr io.Writer) (*daemonOpts, error) {
 		return nil, usagef("--close-timeout %v: want 0 or more", o.closeTimeout)
 	case strings.TrimSpace(o.name) == "":
 		return nil, usagef("--name must not be empty")
+	case o.txnRecords <= 0:
+		return nil, usagef("--txn-records %d: want more than 0 records per transaction", o.txnRecords)
+	case o.txnTimeout <= 0:
+		return nil, usagef("--transaction-timeout %v: want more than 0", o.txnTimeout)
 	}
 	if o.rate, err = parseRate(o.rateStr); err != nil {
 		return nil, &usageError{err.Error()}
@@ -185,6 +205,8 @@ type daemon struct {
 	// hotSeq is the key_seq of the next salted hot-key record: generate's
 	// goroutine only.
 	hotSeq int64
+	// txn is the transactional mode (--transactional-id), nil otherwise.
+	txn *txnMode
 
 	mu       sync.Mutex
 	state    string
@@ -246,7 +268,10 @@ func (d *daemon) run() error {
 	defer cl.Close()
 	cfg := o.producerConfig()
 	cfg.Logger = d.log
-	if o.history != "" {
+	if o.transactionalID != "" {
+		// The batching producer only reads the topic's metadata.
+		cfg.Idempotent = false
+	} else if o.history != "" {
 		if d.hist, err = producer.CreateHistory(o.history, o.acks); err != nil {
 			return usagef("--history %s: %v", o.history, err)
 		}
@@ -266,6 +291,13 @@ func (d *daemon) run() error {
 		return setupFailed(err, o.history, closeHistory)
 	}
 	d.prod = prod
+	if o.transactionalID != "" {
+		if err := d.txnStart(setup, cl); err != nil {
+			prod.Close(context.Background())
+			return err
+		}
+		closeHistory = d.txnClose
+	}
 	if err := d.checkRecordSize(); err != nil {
 		prod.Close(context.Background())
 		return setupFailed(err, o.history, closeHistory)
@@ -321,6 +353,12 @@ func (d *daemon) run() error {
 	progressDone := make(chan struct{})
 	go d.progressLoop(progressDone)
 	sendErr := d.generate()
+	if d.txn != nil && sendErr == nil {
+		sendErr = d.txnFlush()
+	}
+	if errors.Is(sendErr, client.ErrProducerFenced) {
+		d.log.Error("fenced: a newer producer with this transactional id exists; exiting", "transactional_id", o.transactionalID, "err", sendErr)
+	}
 
 	// Close: wait for every outcome. A normal end waits as long as a batch
 	// may take; a stop request waits --close-timeout from the request.
@@ -363,6 +401,16 @@ func (d *daemon) run() error {
 		return histErr
 	case sendErr != nil:
 		return sendErr
+	}
+	if d.txn != nil {
+		var n int64
+		for _, v := range st.Failed {
+			n += v
+		}
+		if n > 0 {
+			return &failedError{n}
+		}
+		return nil
 	}
 	if n := prod.Stats().FailedTotal(); n > 0 {
 		return &failedError{n}
@@ -535,6 +583,12 @@ func (d *daemon) generate() error {
 			return nil
 		default:
 		}
+		if d.txn != nil {
+			if err := d.txnAdd(d.record(n, rng)); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := d.prod.Send(ctx, d.record(n, rng)); err != nil {
 			if ctx.Err() != nil || errors.Is(err, producer.ErrClosed) {
 				return nil
@@ -587,6 +641,16 @@ func (d *daemon) status() *tapesv1.StatusResponse {
 	for p, n := range st.AckedPerPartition {
 		resp.AckedPerPartition[int32(p)] = n
 	}
+	if t := d.txn; t != nil {
+		d.mu.Lock()
+		resp.TransactionalId, resp.ProducerId, resp.ProducerEpoch = d.o.transactionalID, t.p.ProducerID, t.p.Epoch
+		resp.Sent, resp.Acked, resp.TransactionsCommitted, resp.TransactionsAborted = t.sent, t.acked, t.committed, t.aborted
+		resp.Failed = map[string]int64{}
+		for k, v := range t.failed {
+			resp.Failed[k] = v
+		}
+		d.mu.Unlock()
+	}
 	return resp
 }
 
@@ -602,6 +666,14 @@ func (d *daemon) progressLoop(done <-chan struct{}) {
 		case <-done:
 			return
 		case now := <-t.C:
+			if d.txn != nil {
+				st := d.status()
+				rate := float64(st.Acked-last) / now.Sub(lastAt).Seconds()
+				last, lastAt = st.Acked, now
+				fmt.Fprintf(d.out, "%s: %d sent, %d committed in %d transactions, %d aborted transactions, %.0f committed/s\n",
+					d.o.name, st.Sent, st.Acked, st.TransactionsCommitted, st.TransactionsAborted, rate)
+				continue
+			}
 			st := d.prod.Stats()
 			rate := float64(st.Acked-last) / now.Sub(lastAt).Seconds()
 			last, lastAt = st.Acked, now
@@ -617,6 +689,16 @@ func (d *daemon) summary(st *tapesv1.StatusResponse) {
 	mode := "not idempotent"
 	if o.idempotent {
 		mode = fmt.Sprintf("idempotent (producer id %d)", st.ProducerId)
+	}
+	if d.txn != nil {
+		fmt.Fprintf(d.out, "%s summary: topic %s, transactional id %s (producer id %d, epoch %d), %.1fs\n", o.name, o.topic, o.transactionalID, st.ProducerId, st.ProducerEpoch, time.Since(d.start).Seconds())
+		fmt.Fprintf(d.out, "  sent                %d\n", st.Sent)
+		fmt.Fprintf(d.out, "  committed           %d records in %d transactions\n", st.Acked, st.TransactionsCommitted)
+		fmt.Fprintf(d.out, "  aborted             %d transactions\n", st.TransactionsAborted)
+		if o.history != "" {
+			fmt.Fprintf(d.out, "  history             %s\n", o.history)
+		}
+		return
 	}
 	ps := d.prod.Stats()
 	fmt.Fprintf(d.out, "%s summary: topic %s, acks=%s, %s, %.1fs\n", o.name, o.topic, producer.AcksName(o.acks), mode, time.Since(d.start).Seconds())

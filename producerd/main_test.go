@@ -44,6 +44,8 @@ func TestBadCommandLinesAreRefusedBeforeAnythingIsSent(t *testing.T) {
 		{[]string{"--linger", "soon"}, `invalid value "soon" for flag -linger`},
 		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--transactional-id", "t", "--txn-records", "0"}, "--txn-records 0: want more than 0"},
+		{[]string{"--transactional-id", "t", "--transaction-timeout", "0"}, "--transaction-timeout 0s: want more than 0"},
 	}
 	for _, c := range cases {
 		code, stderr := run(append(append([]string{}, base...), c.args...)...)

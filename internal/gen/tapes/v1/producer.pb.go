@@ -82,8 +82,14 @@ type StatusResponse struct {
 	AckedPerPartition map[int32]int64 `protobuf:"bytes,13,rep,name=acked_per_partition,json=ackedPerPartition,proto3" json:"acked_per_partition,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	ProducerId        int64           `protobuf:"varint,14,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
 	ProducerEpoch     int32           `protobuf:"varint,15,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Transactional mode (--transactional-id): the id, and the transactions
+	// committed and aborted so far (producer_id/producer_epoch are the
+	// transactional producer's). Empty and 0 otherwise.
+	TransactionalId       string `protobuf:"bytes,16,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	TransactionsCommitted int64  `protobuf:"varint,17,opt,name=transactions_committed,json=transactionsCommitted,proto3" json:"transactions_committed,omitempty"`
+	TransactionsAborted   int64  `protobuf:"varint,18,opt,name=transactions_aborted,json=transactionsAborted,proto3" json:"transactions_aborted,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -217,6 +223,27 @@ func (x *StatusResponse) GetProducerId() int64 {
 func (x *StatusResponse) GetProducerEpoch() int32 {
 	if x != nil {
 		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetTransactionsCommitted() int64 {
+	if x != nil {
+		return x.TransactionsCommitted
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetTransactionsAborted() int64 {
+	if x != nil {
+		return x.TransactionsAborted
 	}
 	return 0
 }
@@ -530,7 +557,7 @@ var File_tapes_v1_producer_proto protoreflect.FileDescriptor
 const file_tapes_v1_producer_proto_rawDesc = "" +
 	"\n" +
 	"\x17tapes/v1/producer.proto\x12\btapes.v1\"\x0f\n" +
-	"\rStatusRequest\"\x90\x05\n" +
+	"\rStatusRequest\"\xa5\x06\n" +
 	"\x0eStatusResponse\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x12\n" +
@@ -550,7 +577,10 @@ const file_tapes_v1_producer_proto_rawDesc = "" +
 	"\x13acked_per_partition\x18\r \x03(\v2/.tapes.v1.StatusResponse.AckedPerPartitionEntryR\x11ackedPerPartition\x12\x1f\n" +
 	"\vproducer_id\x18\x0e \x01(\x03R\n" +
 	"producerId\x12%\n" +
-	"\x0eproducer_epoch\x18\x0f \x01(\x05R\rproducerEpoch\x1a9\n" +
+	"\x0eproducer_epoch\x18\x0f \x01(\x05R\rproducerEpoch\x12)\n" +
+	"\x10transactional_id\x18\x10 \x01(\tR\x0ftransactionalId\x125\n" +
+	"\x16transactions_committed\x18\x11 \x01(\x03R\x15transactionsCommitted\x121\n" +
+	"\x14transactions_aborted\x18\x12 \x01(\x03R\x13transactionsAborted\x1a9\n" +
 	"\vFailedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aD\n" +
