@@ -69,9 +69,12 @@ type fakeAction struct {
 	// response.
 	after error
 	// onlyIfAppended: apply after only when the request appended records
-	// (not refused, not a duplicate); lost is then called.
+	// (not refused, not a duplicate) and lost, when set, claims the loss:
+	// lost is called then, and after applies only if it returns true. A
+	// hook that loses one answer claims it here, where it is decided, so
+	// two pipelined requests that both passed the hook cannot both lose.
 	onlyIfAppended bool
-	lost           func()
+	lost           func() bool
 }
 
 type fakeBroker struct {
@@ -240,10 +243,8 @@ func (b *fakeBroker) Produce(ctx context.Context, req *tapesv1.ProduceRequest) (
 	}
 	resp, err := c.appendLocked(req)
 	c.mu.Unlock()
-	if act.after != nil && (!act.onlyIfAppended || err == nil && !resp.GetDuplicate()) {
-		if act.lost != nil {
-			act.lost()
-		}
+	if act.after != nil && (!act.onlyIfAppended || err == nil && !resp.GetDuplicate()) &&
+		(act.lost == nil || act.lost()) {
 		return nil, kerr.ToStatus(act.after)
 	}
 	return resp, kerr.ToStatus(err)

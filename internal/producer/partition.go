@@ -300,6 +300,9 @@ func (pt *partition) pump(done *[]finished) (wait time.Duration, exit bool) {
 		if b.waitBehind && pt.earlierInFlight(b) {
 			break // woken by that batch's result
 		}
+		if p.cfg.Idempotent && pt.outsideWindow(b, limit) {
+			break // woken by the oldest batch's result
+		}
 		pt.queue = pt.queue[1:]
 		pt.send(b)
 	}
@@ -360,6 +363,23 @@ func (pt *partition) bumpEpoch(b *batch, err error, name string, done *[]finishe
 	}
 	pt.recovering = true
 	pt.p.log.Warn("producer epoch bumped after a failed batch", "partition", pt.id, "producer_id", pt.pid, "epoch", pt.epoch, "renumbered_batches", len(pt.queue))
+}
+
+// outsideWindow reports whether sending b would put more than limit
+// batches between the oldest one in flight and b. The broker remembers
+// the last MaxIdempotentInFlight batches of a producer to answer a resent
+// one as a duplicate; responses of one partition may come back in any
+// order (concurrent requests, unlike Kafka's one connection), so counting
+// only the requests in flight would let later batches push the oldest one,
+// whose answer was lost, out of the broker's memory before it is resent,
+// and the resend would be refused as OUT_OF_ORDER_SEQUENCE_NUMBER.
+func (pt *partition) outsideWindow(b *batch, limit int) bool {
+	for _, q := range pt.inflight {
+		if q.id < b.id && b.id-q.id >= uint64(limit) {
+			return true
+		}
+	}
+	return false
 }
 
 // earlierInFlight reports whether a batch older than b is in flight.

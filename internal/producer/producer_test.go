@@ -333,7 +333,7 @@ func loseResponse(k int) func(fr *fakeRequest) fakeAction {
 	return func(fr *fakeRequest) fakeAction {
 		if fr.partition == 0 && fr.n >= k && !lost.Load() {
 			return fakeAction{after: kerr.New(kerr.RequestTimedOut, "leadership lost before the batch committed; it may or may not be in the log"),
-				onlyIfAppended: true, lost: func() { lost.Store(true) }}
+				onlyIfAppended: true, lost: func() bool { return lost.CompareAndSwap(false, true) }}
 		}
 		return fakeAction{}
 	}
