@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -39,6 +40,8 @@ type memBroker struct {
 	// replicas, when set, returns a partition's leader and replicas (else
 	// leader 1, replicas 1..rf).
 	replicas func(topic string, partition int32) (leader int32, replicas []int32)
+	// reassigns are the ReassignPartition requests so far.
+	reassigns []*tapesv1.ReassignPartitionRequest
 }
 
 type memTopic struct {
@@ -311,4 +314,17 @@ func (b *memBroker) requestedMetadata() []*tapesv1.MetadataRequest {
 	out := b.metadataRequests
 	b.metadataRequests = nil
 	return out
+}
+
+// ReassignPartition records the request (reassigns) and refuses, as a
+// broker does, a negative throttle; it moves nothing.
+func (b *memBroker) ReassignPartition(_ context.Context, req *tapesv1.ReassignPartitionRequest) (*tapesv1.ReassignPartitionResponse, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reassigns = append(b.reassigns, proto.Clone(req).(*tapesv1.ReassignPartitionRequest))
+	if req.ThrottleBytesPerSec < 0 {
+		return &tapesv1.ReassignPartitionResponse{Error: &tapesv1.ErrorDetail{Code: string(kerr.InvalidRequest),
+			Message: "throttle " + strconv.FormatInt(req.ThrottleBytesPerSec, 10) + " bytes/s is negative"}}, nil
+	}
+	return &tapesv1.ReassignPartitionResponse{}, nil
 }

@@ -103,7 +103,8 @@ func topicMetadata(t *metadata.Topic) *tapesv1.TopicMetadata {
 	for p, ps := range t.Partitions {
 		pm := &tapesv1.PartitionMetadata{Partition: int32(p), LeaderId: int32(ps.Leader), LeaderEpoch: ps.Epoch,
 			Replicas: ids32(ps.Replicas), Isr: ids32(ps.ISR), HighWatermark: -1, LogStartOffset: -1, LogEndOffset: -1,
-			AddingReplicas: ids32(ps.Adding), RemovingReplicas: ids32(ps.Removing), RaftVoters: ids32(ps.Voters), RaftLearners: ids32(ps.Learners), ReassignmentSteps: append([]string(nil), ps.Steps...)}
+			AddingReplicas: ids32(ps.Adding), RemovingReplicas: ids32(ps.Removing), RaftVoters: ids32(ps.Voters), RaftLearners: ids32(ps.Learners), ReassignmentSteps: append([]string(nil), ps.Steps...),
+			ThrottleBytesPerSec: ps.Throttle}
 		if ps.Leader < 0 {
 			// Not the topic's name again: the answer's size per
 			// partition stays bounded (maxPartitionMetadataBytes).

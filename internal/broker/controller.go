@@ -188,7 +188,8 @@ func (c *controllerAPI) DescribeReplicas(ctx context.Context, req *tapesv1.Descr
 			HighWatermark: st.HighWatermark, LogStartOffset: st.LogStart, LogEndOffset: st.LogEnd, Isr: st.ISR,
 		}
 		for _, f := range st.Followers {
-			rs.Followers = append(rs.Followers, &tapesv1.FollowerProgress{BrokerId: f.Broker, MatchIndex: f.Match, LastCaughtUpMs: f.LastCaughtUp.UnixMilli()})
+			rs.Followers = append(rs.Followers, &tapesv1.FollowerProgress{BrokerId: f.Broker, MatchIndex: f.Match, LastCaughtUpMs: f.LastCaughtUp.UnixMilli(),
+				BytesReceived: f.BytesReceived, ThrottleBytesPerSec: f.Throttle})
 		}
 		out.Replicas = append(out.Replicas, rs)
 	}

@@ -31,7 +31,9 @@ func trackedReplicas(ps metadata.PartitionState) []metadata.BrokerID {
 // this broker leads whose partition is being reassigned takes one step
 // (replication.ReassignStep), reports the Raft configuration it leaves to
 // the controller, and proposes the completion once the voters are the
-// target. The steps are decided from the controller's state and the group's
+// target. Every hosted replica also learns the reassignment's throttle
+// (Replica.SetThrottle: on the joining replicas until their promotion), so
+// a new partition leader throttles as the old one did. The steps are decided from the controller's state and the group's
 // Raft configuration only, so a new partition leader or a new controller
 // resumes a reassignment where it stopped. It may block for a few seconds
 // per reassigning partition (a configuration change, a proposal).
@@ -43,6 +45,7 @@ func (b *Broker) driveReassignments() {
 			continue
 		}
 		r.SetReplicas(trackedReplicas(ps))
+		r.SetThrottle(ps.Adding, ps.Throttle) // none outside a reassignment
 		if !ps.Reassigning() || r.Raft().State() != raft.Leader {
 			continue
 		}
@@ -91,9 +94,11 @@ func stepText(s replication.Step) string {
 // ReassignPartition records a target replica set for one partition (see
 // metadata reassign.go). Refused, with nothing recorded: an unknown topic or
 // partition, a target metadata.ValidateReassignment refuses (empty,
-// duplicate, unregistered broker, fewer than min.insync.replicas), a target
-// broker this broker does not see live (INVALID_REPLICA_ASSIGNMENT naming
-// it), another reassignment of the partition in progress. It answers once
+// duplicate, unregistered broker, fewer than min.insync.replicas), a
+// negative throttle (INVALID_REQUEST naming it), a target broker this
+// broker does not see live (INVALID_REPLICA_ASSIGNMENT naming it), another
+// reassignment of the partition in progress. The same target again with
+// another throttle changes the throttle. It answers once
 // this broker's copy of the metadata holds the target.
 func (a *api) ReassignPartition(ctx context.Context, req *tapesv1.ReassignPartitionRequest) (*tapesv1.ReassignPartitionResponse, error) {
 	b := a.b
@@ -112,6 +117,9 @@ func (a *api) ReassignPartition(ctx context.Context, req *tapesv1.ReassignPartit
 			return
 		}
 		err = s.ValidateReassignment(t, req.Partition, target)
+		if err == nil {
+			err = metadata.ValidateThrottle(req.Topic, req.Partition, req.ThrottleBytesPerSec)
+		}
 	})
 	if err == nil {
 		for _, id := range target {
@@ -123,7 +131,8 @@ func (a *api) ReassignPartition(ctx context.Context, req *tapesv1.ReassignPartit
 	}
 	if err == nil {
 		var res *metadata.Result
-		res, err = b.propose(ctx, &metadata.Command{Op: metadata.OpReassignPartition, Name: req.Topic, Partition: req.Partition, Target: target})
+		res, err = b.propose(ctx, &metadata.Command{Op: metadata.OpReassignPartition, Name: req.Topic, Partition: req.Partition, Target: target,
+			Throttle: req.ThrottleBytesPerSec})
 		if err == nil {
 			err = res.Err()
 		}

@@ -14,7 +14,15 @@ import (
 // fewer replicas than min.insync.replicas, another reassignment in
 // progress) is returned as its *kerr.Error.
 func (c *Client) ReassignPartition(ctx context.Context, topic string, partition int32, replicas []int32) error {
-	req := &tapesv1.ReassignPartitionRequest{Topic: topic, Partition: partition, Replicas: replicas}
+	return c.ReassignPartitionThrottled(ctx, topic, partition, replicas, 0)
+}
+
+// ReassignPartitionThrottled is ReassignPartition with the joining replicas'
+// catch-up traffic limited to throttle bytes per second until each is
+// promoted to voter (0: unthrottled; negative is INVALID_REQUEST). Asked
+// again with the same target, it changes the throttle.
+func (c *Client) ReassignPartitionThrottled(ctx context.Context, topic string, partition int32, replicas []int32, throttle int64) error {
+	req := &tapesv1.ReassignPartitionRequest{Topic: topic, Partition: partition, Replicas: replicas, ThrottleBytesPerSec: throttle}
 	var resp *tapesv1.ReassignPartitionResponse
 	err := c.anyBroker(ctx, "reassign partition", func(ctx context.Context, bc tapesv1.BrokerServiceClient) (err error) {
 		resp, err = bc.ReassignPartition(ctx, req)

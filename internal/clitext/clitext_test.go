@@ -1,6 +1,7 @@
 package clitext
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +62,27 @@ func TestMemberAssignmentCells(t *testing.T) {
 	g := NewGroupOffsets(d, nil)
 	if r := g.rows[TP{"orders", 1}]; r == nil || r.Owner.GetMemberId() != "m" || len(g.rows) != 3 {
 		t.Fatalf("offset rows %v", g.rows)
+	}
+}
+
+// TestWriteTopicReassigning: describe shows a partition being reassigned
+// with its adding and removing replicas, the Raft configuration, and its
+// catch-up throttle when it has one.
+func TestWriteTopicReassigning(t *testing.T) {
+	p := &tapesv1.PartitionMetadata{Partition: 0, LeaderId: 1, Replicas: []int32{1, 2, 3, 4}, Isr: []int32{1, 2, 3}, LeaderEpoch: 3,
+		AddingReplicas: []int32{4}, RemovingReplicas: []int32{3}, RaftVoters: []int32{1, 2, 3}, RaftLearners: []int32{4}, ThrottleBytesPerSec: 262144}
+	tm := &tapesv1.TopicMetadata{Name: "orders", TopicId: 1, Partitions: []*tapesv1.PartitionMetadata{p}}
+	var b strings.Builder
+	WriteTopic(&b, tm)
+	want := "  Topic: orders  Partition: 0  Leader: 1  Replicas: 1,2,3,4  Isr: 1,2,3  Epoch: 3  LogStart: 0  HighWatermark: 0" +
+		"  Adding Replicas: 4  Removing Replicas: 3  Voters: 1,2,3  NonVoters: 4  Throttle: 262144 B/s\n"
+	if !strings.HasSuffix(b.String(), want) {
+		t.Fatalf("describe =\n%s\nwant it to end with\n%s", b.String(), want)
+	}
+	p.ThrottleBytesPerSec = 0
+	b.Reset()
+	WriteTopic(&b, tm)
+	if strings.Contains(b.String(), "Throttle") {
+		t.Fatalf("unthrottled, describe shows a throttle:\n%s", b.String())
 	}
 }

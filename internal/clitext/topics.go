@@ -62,6 +62,10 @@ func WriteTopic(w io.Writer, tm *tapesv1.TopicMetadata) {
 			// with the Raft configuration its leader last reported.
 			fmt.Fprintf(w, "  Adding Replicas: %s  Removing Replicas: %s  Voters: %s  NonVoters: %s",
 				BrokerList(p.GetAddingReplicas()), BrokerList(p.GetRemovingReplicas()), BrokerList(p.GetRaftVoters()), BrokerList(p.GetRaftLearners()))
+			if th := p.GetThrottleBytesPerSec(); th > 0 {
+				// The joining replicas' catch-up limit, until each is a voter.
+				fmt.Fprintf(w, "  Throttle: %d B/s", th)
+			}
 		}
 		if code := p.GetError().GetCode(); code != "" {
 			fmt.Fprintf(w, "  Error: %s", code)

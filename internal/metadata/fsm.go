@@ -64,6 +64,9 @@ type Command struct {
 	Learners []BrokerID `json:"learners,omitempty"`
 	// OpReassignProgress: the step the leader just took ("" for none).
 	Step string `json:"step,omitempty"`
+	// OpReassignPartition: the catch-up throttle, bytes per second (0
+	// none; negative is refused).
+	Throttle int64 `json:"throttle,omitempty"`
 }
 
 // Encode returns the command's bytes for raft.Apply or a forwarded Propose.

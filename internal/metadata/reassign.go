@@ -49,6 +49,15 @@ func (s *State) ValidateReassignment(t *Topic, p int32, target []BrokerID) error
 	return nil
 }
 
+// ValidateThrottle checks a reassignment's throttle (bytes per second):
+// negative is INVALID_REQUEST naming it.
+func ValidateThrottle(topic string, p int32, throttle int64) error {
+	if throttle < 0 {
+		return kerr.New(kerr.InvalidRequest, "%s-%d: throttle %d bytes/s is negative (0 means unthrottled)", topic, p, throttle)
+	}
+	return nil
+}
+
 // applyReassign applies the three reassignment commands; the caller holds
 // the FSM's lock.
 func (s *State) applyReassign(cmd *Command) (*Result, bool) {
@@ -62,9 +71,19 @@ func (s *State) applyReassign(cmd *Command) (*Result, bool) {
 		if err := s.ValidateReassignment(t, cmd.Partition, cmd.Target); err != nil {
 			return refuse(err), false
 		}
+		if err := ValidateThrottle(t.Name, cmd.Partition, cmd.Throttle); err != nil {
+			return refuse(err), false
+		}
 		if p.Reassigning() {
 			if slices.Equal(p.Target, cmd.Target) {
-				return &Result{TopicID: t.ID}, false // the same request again
+				// The same request again; with another throttle, the
+				// throttle changes (as Kafka's --throttle on a running
+				// reassignment).
+				if p.Throttle != cmd.Throttle {
+					p.Throttle = cmd.Throttle
+					return &Result{TopicID: t.ID}, true
+				}
+				return &Result{TopicID: t.ID}, false
 			}
 			return refuse(kerr.New(kerr.ReassignmentInProgress, "%s-%d is already being reassigned from %s to %s", t.Name, cmd.Partition, JoinIDs(p.Replicas), JoinIDs(p.Target))), false
 		}
@@ -85,7 +104,7 @@ func (s *State) applyReassign(cmd *Command) (*Result, bool) {
 			}
 		}
 		p.Replicas, p.Target, p.Adding, p.Removing = replicas, slices.Clone(cmd.Target), adding, removing
-		p.Voters, p.Learners, p.Steps = nil, nil, nil
+		p.Voters, p.Learners, p.Steps, p.Throttle = nil, nil, nil, cmd.Throttle
 		return &Result{TopicID: t.ID}, true
 	case OpReassignProgress:
 		if !p.Reassigning() {
@@ -130,7 +149,7 @@ func (s *State) applyReassign(cmd *Command) (*Result, bool) {
 			}
 		}
 		p.Replicas, p.ISR = p.Target, isr
-		p.Target, p.Adding, p.Removing, p.Voters, p.Learners = nil, nil, nil, nil, nil
+		p.Target, p.Adding, p.Removing, p.Voters, p.Learners, p.Throttle = nil, nil, nil, nil, nil, 0
 		return &Result{}, true
 	}
 	return refuse(kerr.New(kerr.InvalidRequest, "unknown controller command %q", cmd.Op)), false

@@ -126,3 +126,42 @@ func TestUnregisterBroker(t *testing.T) {
 		t.Fatalf("a removed broker registers again: %v", r.Err())
 	}
 }
+
+// TestReassignThrottle: a negative throttle is refused naming it, with
+// nothing recorded; a throttle is recorded with the target, survives a
+// controller failover (snapshot/restore) and a partition leader change,
+// changes with the same target asked again, and ends with the
+// reassignment.
+func TestReassignThrottle(t *testing.T) {
+	f, id := reassignFSM(t)
+	target := []BrokerID{1, 2, 4}
+	r := apply(t, f, &Command{Op: OpReassignPartition, Name: "orders", Partition: 0, Target: target, Throttle: -5})
+	if !kerr.Is(r.Err(), kerr.InvalidRequest) || !strings.Contains(r.Err().Error(), "-5") {
+		t.Fatalf("throttle -5: %v, want INVALID_REQUEST naming -5", r.Err())
+	}
+	if p := partition0(f); p.Reassigning() || p.Throttle != 0 || !slices.Equal(p.Replicas, []BrokerID{1, 2, 3}) {
+		t.Fatalf("a refused throttle changed the partition: %+v", p)
+	}
+	if r := apply(t, f, &Command{Op: OpReassignPartition, Name: "orders", Partition: 0, Target: target, Throttle: 262144}); r.Err() != nil {
+		t.Fatal(r.Err())
+	}
+	g := restored(t, f)
+	apply(t, g, &Command{Op: OpUpdatePartition, Name: "orders", TopicID: id, Partition: 0, Leader: 2, Epoch: 4, ISR: []BrokerID{1, 2, 3}})
+	if p := partition0(g); p.Throttle != 262144 || !slices.Equal(p.Adding, []BrokerID{4}) || p.Leader != 2 {
+		t.Fatalf("after a controller failover and a leader change: %+v, want throttle 262144 adding 4", p)
+	}
+	// Asked again: a negative throttle is still refused, another one
+	// replaces it.
+	if r := apply(t, g, &Command{Op: OpReassignPartition, Name: "orders", Partition: 0, Target: target, Throttle: -1}); !kerr.Is(r.Err(), kerr.InvalidRequest) || partition0(g).Throttle != 262144 {
+		t.Fatalf("throttle -1 during the reassignment: %v, throttle %d", r.Err(), partition0(g).Throttle)
+	}
+	if r := apply(t, g, &Command{Op: OpReassignPartition, Name: "orders", Partition: 0, Target: target, Throttle: 1 << 20}); r.Err() != nil || partition0(g).Throttle != 1<<20 {
+		t.Fatalf("a new throttle: %v, throttle %d", r.Err(), partition0(g).Throttle)
+	}
+	if r := apply(t, g, &Command{Op: OpCompleteReassignment, Name: "orders", TopicID: id, Epoch: 4, Voters: []BrokerID{4, 1, 2}}); r.Err() != nil {
+		t.Fatal(r.Err())
+	}
+	if p := restored(t, g).Clone().Topics["orders"].Partitions[0]; p.Reassigning() || p.Throttle != 0 {
+		t.Fatalf("after completion: %+v, want no throttle", p)
+	}
+}

@@ -54,6 +54,11 @@ type PartitionState struct {
 	// at most MaxReassignSteps, kept after it completes (what `cluster
 	// topics reassign` prints), cleared when the next one starts.
 	Steps []string `json:"steps,omitempty"`
+	// Throttle is the rate, in bytes per second, the partition's leader
+	// sends each replica of Adding its catch-up traffic at while it is a
+	// non-voter (0: unthrottled). Invariant: >= 0; 0 outside a
+	// reassignment.
+	Throttle int64 `json:"throttle,omitempty"`
 	// Leader is -1 until a leader reports. Invariant: Leader is -1 or in Replicas.
 	Leader BrokerID `json:"leader"`
 	// Epoch is the Raft term of Leader's group. Invariant: it never decreases;
@@ -148,7 +153,7 @@ const MaxReassignSteps = 32
 func (p PartitionState) clone() PartitionState {
 	return PartitionState{Replicas: slices.Clone(p.Replicas), Leader: p.Leader, Epoch: p.Epoch, ISR: slices.Clone(p.ISR),
 		Target: slices.Clone(p.Target), Adding: slices.Clone(p.Adding), Removing: slices.Clone(p.Removing),
-		Voters: slices.Clone(p.Voters), Learners: slices.Clone(p.Learners), Steps: slices.Clone(p.Steps)}
+		Voters: slices.Clone(p.Voters), Learners: slices.Clone(p.Learners), Steps: slices.Clone(p.Steps), Throttle: p.Throttle}
 }
 
 // Reassigning reports whether a reassignment of the partition is in progress.

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	raftv1 "github.com/tapes-dev/tapes/internal/gen/tapes/raft/v1"
 )
@@ -57,6 +58,12 @@ type Transport struct {
 	// AppendEntries (heartbeats aside) sent to it (see appendLingers).
 	appendsMu sync.Mutex
 	appends   map[raft.ServerAddress]appendMark
+
+	// throttle limits what goes to the peers SetThrottle names; received
+	// counts, per peer, the bytes of entries and snapshot data it answered
+	// for (under appendsMu).
+	throttle throttles
+	received map[raft.ServerAddress]uint64
 }
 
 // appendMark is the term and end time of an AppendEntries call.
@@ -88,7 +95,47 @@ func newTransport(m *Mux, name string) *Transport {
 		ctx:       ctx,
 		cancel:    cancel,
 		appends:   make(map[raft.ServerAddress]appendMark),
+		received:  make(map[raft.ServerAddress]uint64),
 	}
+}
+
+// SetThrottle limits what the Transport sends to target to bytesPerSec
+// (a token bucket holding one second of it, at least one 256 KiB snapshot
+// chunk): every AppendEntries that carries entries first waits for its
+// encoded size, an InstallSnapshot for each chunk. 0 (or less) removes the
+// throttle. Heartbeats and other calls are never throttled. The partition
+// leader sets it for a reassignment's joining replicas until their
+// promotion. Safe for concurrent use; a new rate applies to the next send.
+func (t *Transport) SetThrottle(target raft.ServerAddress, bytesPerSec int64) {
+	t.throttle.set(target, bytesPerSec)
+}
+
+// Throttle returns target's throttle in bytes per second (0: none).
+func (t *Transport) Throttle(target raft.ServerAddress) int64 { return t.throttle.rate(target) }
+
+// BytesReceived returns the bytes of log entries (their data and
+// extensions) and of snapshot data target has answered for since the
+// Transport opened.
+func (t *Transport) BytesReceived(target raft.ServerAddress) uint64 {
+	t.appendsMu.Lock()
+	defer t.appendsMu.Unlock()
+	return t.received[target]
+}
+
+// countReceived adds n bytes to target's BytesReceived.
+func (t *Transport) countReceived(target raft.ServerAddress, n uint64) {
+	t.appendsMu.Lock()
+	t.received[target] += n
+	t.appendsMu.Unlock()
+}
+
+// entryBytes is the data and extensions the entries carry.
+func entryBytes(entries []*raft.Log) uint64 {
+	var n uint64
+	for _, e := range entries {
+		n += uint64(len(e.Data) + len(e.Extensions))
+	}
+	return n
 }
 
 // Name returns the Raft group the Transport carries.
@@ -176,13 +223,20 @@ func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, a
 	if err != nil {
 		return t.fail("append entries", target, err)
 	}
+	msg := appendEntriesRequestToProto(t.name, args)
+	if b := t.throttle.of(target); b != nil {
+		if err := b.wait(t.ctx, proto.Size(msg)); err != nil {
+			return t.fail("append entries", target, err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.mux.cfg.RPCTimeout)
 	defer cancel()
-	out, err := c.AppendEntries(ctx, appendEntriesRequestToProto(t.name, args), waitForPeer)
+	out, err := c.AppendEntries(ctx, msg, waitForPeer)
 	if err != nil {
 		return t.fail("append entries", target, err)
 	}
 	appendEntriesResponseFromProto(out, resp)
+	t.countReceived(target, entryBytes(args.Entries))
 	if fn := t.observer.Load(); fn != nil {
 		(*fn)(id, args, resp, sentAt)
 	}
@@ -283,14 +337,20 @@ func callUnary[Out any](t *Transport, op string, target raft.ServerAddress, call
 
 // InstallSnapshot implements raft.Transport: one client stream whose first
 // message carries args and whose next ones carry data in chunks of up to
-// 256 KiB, until data is exhausted. The deadline is SnapshotTimeout plus one
-// second per MiB of args.Size.
+// 256 KiB, until data is exhausted; to a throttled target (SetThrottle) each
+// chunk first waits for its size. The deadline is SnapshotTimeout plus one
+// second per MiB of args.Size, and, when target is throttled, the time its
+// throttle takes to let args.Size through.
 func (t *Transport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
 	c, err := t.client(target)
 	if err != nil {
 		return t.fail("install snapshot", target, err)
 	}
-	ctx, cancel := context.WithTimeout(t.ctx, t.mux.snapshotDeadline(args.Size))
+	deadline := t.mux.snapshotDeadline(args.Size)
+	if rate := t.throttle.rate(target); rate > 0 {
+		deadline += time.Duration(float64(args.Size) / float64(rate) * float64(time.Second))
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, deadline)
 	defer cancel()
 	stream, err := c.InstallSnapshot(ctx, waitForPeer)
 	if err != nil {
@@ -299,7 +359,13 @@ func (t *Transport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddress, 
 	err = stream.Send(&raftv1.InstallSnapshotRequest{Meta: installSnapshotMetaToProto(t.name, args)})
 	switch {
 	case err == nil:
-		err = sendSnapshotData(stream, data, args.Size)
+		err = sendSnapshotData(stream, data, args.Size, func(n int) error {
+			if err := t.throttle.wait(ctx, target, n); err != nil {
+				return err
+			}
+			t.countReceived(target, uint64(n))
+			return nil
+		})
 	case errors.Is(err, io.EOF):
 		// The peer ended the stream already; CloseAndRecv returns why.
 		err = nil
@@ -315,10 +381,12 @@ func (t *Transport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddress, 
 	return nil
 }
 
-// sendSnapshotData streams data in chunks. A Send returning io.EOF means the
-// peer has answered already (it read Size bytes, or refused the snapshot):
-// the caller's CloseAndRecv then returns that answer.
-func sendSnapshotData(stream raftv1.RaftService_InstallSnapshotClient, data io.Reader, size int64) error {
+// sendSnapshotData streams data in chunks, calling before(n) ahead of each
+// chunk of n bytes (the throttle's wait; an error ends the stream). A Send
+// returning io.EOF means the peer has answered already (it read Size bytes,
+// or refused the snapshot): the caller's CloseAndRecv then returns that
+// answer.
+func sendSnapshotData(stream raftv1.RaftService_InstallSnapshotClient, data io.Reader, size int64, before func(n int) error) error {
 	remaining := size
 	for {
 		// A new buffer per message: gRPC does not promise that a sent
@@ -330,6 +398,9 @@ func sendSnapshotData(stream raftv1.RaftService_InstallSnapshotClient, data io.R
 		buf := make([]byte, n)
 		read, rerr := io.ReadFull(data, buf)
 		if read > 0 {
+			if err := before(read); err != nil {
+				return err
+			}
 			remaining -= int64(read)
 			if err := stream.Send(&raftv1.InstallSnapshotRequest{Data: buf[:read]}); err != nil {
 				if errors.Is(err, io.EOF) {

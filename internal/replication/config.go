@@ -144,6 +144,14 @@ type Transport interface {
 	// TriggerElection makes the local Raft instance a candidate at once,
 	// with the leadership-transfer flag (see CandidateAfterCrash).
 	TriggerElection(ctx context.Context, from raft.ServerID) error
+	// SetThrottle limits the catch-up traffic (AppendEntries with entries,
+	// InstallSnapshot) to target to bytesPerSec; 0 removes the limit.
+	// Throttle returns it.
+	SetThrottle(target raft.ServerAddress, bytesPerSec int64)
+	Throttle(target raft.ServerAddress) int64
+	// BytesReceived counts the entry and snapshot bytes sent to target
+	// that it answered for.
+	BytesReceived(target raft.ServerAddress) uint64
 }
 
 // Report is a leader's view of its partition, sent to the controller.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/recordbatch"
@@ -271,6 +273,11 @@ type FollowerStatus struct {
 	Broker       int32
 	Match        uint64
 	LastCaughtUp time.Time
+	// BytesReceived: the entry and snapshot bytes the transport sent it
+	// that it answered for; Throttle: the transport's limit on what it
+	// sends it, bytes per second (0: none).
+	BytesReceived uint64
+	Throttle      int64
 }
 
 // Status returns the replica's current state.
@@ -299,7 +306,9 @@ func (r *Replica) Status() Status {
 		}
 		for _, id := range r.membersLocked() {
 			if f := r.lead.followers[id]; f != nil {
-				st.Followers = append(st.Followers, FollowerStatus{Broker: int32(id), Match: f.match, LastCaughtUp: f.lastCaughtUp})
+				addr := raft.ServerAddress(ServerID(id))
+				st.Followers = append(st.Followers, FollowerStatus{Broker: int32(id), Match: f.match, LastCaughtUp: f.lastCaughtUp,
+					BytesReceived: r.cfg.Transport.BytesReceived(addr), Throttle: r.cfg.Transport.Throttle(addr)})
 			}
 		}
 	}

@@ -152,7 +152,9 @@ func (r *Replica) ReassignStep(target []metadata.BrokerID, timeout time.Duration
 			return done(StepCatchUp, id, commit-match, nil)
 		}
 		sid, sa := addr(id)
-		return done(StepPromote, id, 0, r.raft.AddVoter(sid, sa, 0, timeout).Error())
+		err := r.raft.AddVoter(sid, sa, 0, timeout).Error()
+		r.applyThrottle() // a voter now: its throttle ends
+		return done(StepPromote, id, 0, err)
 	}
 	leaving := func(id metadata.BrokerID) bool { return !slices.Contains(target, id) }
 	for _, id := range append(slices.Clone(learners), voters...) {
@@ -172,6 +174,60 @@ func (r *Replica) ReassignStep(target []metadata.BrokerID, timeout time.Duration
 		return done(StepCatchUp, target[0], r.raft.CommitIndex()-r.matchOf(target[0]), nil)
 	}
 	return done(StepDone, 0, 0, nil)
+}
+
+// catchUpThrottle is a reassignment's throttle: rate bytes per second for
+// each of adding (the joining replicas) until it is a voter.
+type catchUpThrottle struct {
+	adding []metadata.BrokerID
+	rate   int64
+	// applied: the ids the transport throttles now.
+	applied []metadata.BrokerID
+}
+
+// SetThrottle throttles the catch-up traffic this replica sends, as the
+// group's leader, to each of adding (a reassignment's joining replicas,
+// metadata PartitionState.Adding) while the Raft configuration does not
+// have it as a voter (so from before ReassignStep adds it as a non-voter):
+// rate bytes per second (PartitionState.Throttle; 0 none). A
+// joining replica's throttle ends once it is a voter (ReassignStep's
+// promote), and every throttle with SetThrottle(nil, 0) once the
+// reassignment completes. The broker calls it on every reconcile round, on
+// every replica, so a new leader throttles as its predecessor did; a
+// follower sends no catch-up traffic, so it throttles nothing in effect.
+func (r *Replica) SetThrottle(adding []metadata.BrokerID, rate int64) {
+	r.throttleMu.Lock()
+	r.throttle.adding, r.throttle.rate = slices.Clone(adding), rate
+	r.throttleMu.Unlock()
+	r.applyThrottle()
+}
+
+// applyThrottle sets the transport's throttles from the last SetThrottle
+// and the group's current Raft configuration.
+func (r *Replica) applyThrottle() {
+	voters, _ := r.Membership()
+	r.throttleMu.Lock()
+	defer r.throttleMu.Unlock()
+	th := &r.throttle
+	var now []metadata.BrokerID
+	if th.rate > 0 {
+		for _, id := range th.adding {
+			if !slices.Contains(voters, id) && id != r.cfg.LocalID {
+				now = append(now, id)
+			}
+		}
+	}
+	for _, id := range th.applied {
+		if !slices.Contains(now, id) {
+			r.cfg.Transport.SetThrottle(raft.ServerAddress(ServerID(id)), 0)
+		}
+	}
+	for _, id := range now {
+		if r.cfg.Transport.Throttle(raft.ServerAddress(ServerID(id))) != th.rate {
+			r.cfg.Transport.SetThrottle(raft.ServerAddress(ServerID(id)), th.rate)
+		}
+	}
+	th.applied = now
 }
 
 // matchOf returns a follower's match index in this leader's term (0 if not

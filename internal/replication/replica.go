@@ -45,6 +45,10 @@ type Replica struct {
 
 	lead leaderState
 
+	// throttle is the reassignment throttle SetThrottle last set.
+	throttleMu sync.Mutex
+	throttle   catchUpThrottle
+
 	// failed is the storage failure that took the replica out (see
 	// storageFailed); nil while healthy. Set once, by the FSM goroutine.
 	failed    atomic.Pointer[error]

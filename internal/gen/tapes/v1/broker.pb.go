@@ -281,8 +281,12 @@ type PartitionMetadata struct {
 	// The Raft steps of the partition's last reassignment, oldest first
 	// ("add-learner 4", "catch-up 4 (lag 120 entries)", "promote 4", ...).
 	ReassignmentSteps []string `protobuf:"bytes,14,rep,name=reassignment_steps,json=reassignmentSteps,proto3" json:"reassignment_steps,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// During a reassignment: the rate, in bytes per second, the leader sends
+	// the joining replicas' catch-up traffic at, until each is promoted to
+	// voter (0: unthrottled).
+	ThrottleBytesPerSec int64 `protobuf:"varint,15,opt,name=throttle_bytes_per_sec,json=throttleBytesPerSec,proto3" json:"throttle_bytes_per_sec,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *PartitionMetadata) Reset() {
@@ -411,6 +415,13 @@ func (x *PartitionMetadata) GetReassignmentSteps() []string {
 		return x.ReassignmentSteps
 	}
 	return nil
+}
+
+func (x *PartitionMetadata) GetThrottleBytesPerSec() int64 {
+	if x != nil {
+		return x.ThrottleBytesPerSec
+	}
+	return 0
 }
 
 type TopicMetadata struct {
@@ -1779,9 +1790,14 @@ type ReassignPartitionRequest struct {
 	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	// The target replica set, the preferred leader first.
-	Replicas      []int32 `protobuf:"varint,3,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replicas []int32 `protobuf:"varint,3,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	// The rate, in bytes per second, the partition's leader sends each joining
+	// replica's catch-up traffic (AppendEntries, InstallSnapshot) at until it
+	// is promoted to voter (kafka-reassign-partitions --throttle). 0 means
+	// unthrottled; negative is INVALID_REQUEST.
+	ThrottleBytesPerSec int64 `protobuf:"varint,4,opt,name=throttle_bytes_per_sec,json=throttleBytesPerSec,proto3" json:"throttle_bytes_per_sec,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ReassignPartitionRequest) Reset() {
@@ -1833,6 +1849,13 @@ func (x *ReassignPartitionRequest) GetReplicas() []int32 {
 		return x.Replicas
 	}
 	return nil
+}
+
+func (x *ReassignPartitionRequest) GetThrottleBytesPerSec() int64 {
+	if x != nil {
+		return x.ThrottleBytesPerSec
+	}
+	return 0
 }
 
 type ReassignPartitionResponse struct {
@@ -1992,7 +2015,7 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05alive\x18\x03 \x01(\bR\x05alive\x12#\n" +
-	"\rkafka_address\x18\x04 \x01(\tR\fkafkaAddress\"\x8e\x04\n" +
+	"\rkafka_address\x18\x04 \x01(\tR\fkafkaAddress\"\xc3\x04\n" +
 	"\x11PartitionMetadata\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\x05R\bleaderId\x12!\n" +
@@ -2009,7 +2032,8 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\vraft_voters\x18\f \x03(\x05R\n" +
 	"raftVoters\x12#\n" +
 	"\rraft_learners\x18\r \x03(\x05R\fraftLearners\x12-\n" +
-	"\x12reassignment_steps\x18\x0e \x03(\tR\x11reassignmentSteps\"\xa4\x02\n" +
+	"\x12reassignment_steps\x18\x0e \x03(\tR\x11reassignmentSteps\x123\n" +
+	"\x16throttle_bytes_per_sec\x18\x0f \x01(\x03R\x13throttleBytesPerSec\"\xa4\x02\n" +
 	"\rTopicMetadata\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btopic_id\x18\x02 \x01(\x04R\atopicId\x12;\n" +
@@ -2117,11 +2141,12 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x16InitProducerIdResponse\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x03R\n" +
 	"producerId\x12%\n" +
-	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\"j\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\"\x9f\x01\n" +
 	"\x18ReassignPartitionRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
-	"\breplicas\x18\x03 \x03(\x05R\breplicas\"H\n" +
+	"\breplicas\x18\x03 \x03(\x05R\breplicas\x123\n" +
+	"\x16throttle_bytes_per_sec\x18\x04 \x01(\x03R\x13throttleBytesPerSec\"H\n" +
 	"\x19ReassignPartitionResponse\x12+\n" +
 	"\x05error\x18\x01 \x01(\v2\x15.tapes.v1.ErrorDetailR\x05error\"6\n" +
 	"\x17UnregisterBrokerRequest\x12\x1b\n" +

@@ -253,8 +253,15 @@ type FollowerProgress struct {
 	MatchIndex uint64 `protobuf:"varint,2,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"`
 	// When the follower last caught up to the leader's log end (ms since epoch; 0 never).
 	LastCaughtUpMs int64 `protobuf:"varint,3,opt,name=last_caught_up_ms,json=lastCaughtUpMs,proto3" json:"last_caught_up_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Bytes of log entries and snapshot data the follower has answered for,
+	// counted by the leader's transport since it opened the group (rates come
+	// from two readings).
+	BytesReceived uint64 `protobuf:"varint,4,opt,name=bytes_received,json=bytesReceived,proto3" json:"bytes_received,omitempty"`
+	// The rate the leader's transport sends to the follower at (bytes per
+	// second; 0: unthrottled): set for a joining replica until its promotion.
+	ThrottleBytesPerSec int64 `protobuf:"varint,5,opt,name=throttle_bytes_per_sec,json=throttleBytesPerSec,proto3" json:"throttle_bytes_per_sec,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *FollowerProgress) Reset() {
@@ -304,6 +311,20 @@ func (x *FollowerProgress) GetMatchIndex() uint64 {
 func (x *FollowerProgress) GetLastCaughtUpMs() int64 {
 	if x != nil {
 		return x.LastCaughtUpMs
+	}
+	return 0
+}
+
+func (x *FollowerProgress) GetBytesReceived() uint64 {
+	if x != nil {
+		return x.BytesReceived
+	}
+	return 0
+}
+
+func (x *FollowerProgress) GetThrottleBytesPerSec() int64 {
+	if x != nil {
+		return x.ThrottleBytesPerSec
 	}
 	return 0
 }
@@ -532,12 +553,14 @@ const file_tapes_v1_internal_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x19\n" +
 	"\x17BrokerHeartbeatResponse\"1\n" +
 	"\x17DescribeReplicasRequest\x12\x16\n" +
-	"\x06topics\x18\x01 \x03(\tR\x06topics\"{\n" +
+	"\x06topics\x18\x01 \x03(\tR\x06topics\"\xd7\x01\n" +
 	"\x10FollowerProgress\x12\x1b\n" +
 	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\x12\x1f\n" +
 	"\vmatch_index\x18\x02 \x01(\x04R\n" +
 	"matchIndex\x12)\n" +
-	"\x11last_caught_up_ms\x18\x03 \x01(\x03R\x0elastCaughtUpMs\"\x90\x04\n" +
+	"\x11last_caught_up_ms\x18\x03 \x01(\x03R\x0elastCaughtUpMs\x12%\n" +
+	"\x0ebytes_received\x18\x04 \x01(\x04R\rbytesReceived\x123\n" +
+	"\x16throttle_bytes_per_sec\x18\x05 \x01(\x03R\x13throttleBytesPerSec\"\x90\x04\n" +
 	"\rReplicaStatus\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x19\n" +
