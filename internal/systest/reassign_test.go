@@ -40,13 +40,7 @@ func TestReassignUnderLoad(t *testing.T) {
 		}
 	}
 	target = append(target, added)
-	ids := func(v []int32) string {
-		s := make([]string, len(v))
-		for i, id := range v {
-			s[i] = fmt.Sprint(id)
-		}
-		return strings.Join(s, ",")
-	}
+	ids := idList
 
 	for _, bad := range []struct{ replicas, want string }{
 		{"1,2,9", string(kerr.InvalidReplicaAssignment)},
@@ -177,4 +171,13 @@ func TestReassignUnderLoad(t *testing.T) {
 	// Last, as it stops every broker: the added broker's log is the others'.
 	e.AssertReplicasIdentical("moving", 0, leaving)
 	t.Logf("%d acknowledged batches read back from replicas %v", n, target)
+}
+
+// idList prints broker ids as the CLI takes them ("1,2,4").
+func idList(v []int32) string {
+	s := make([]string, len(v))
+	for i, id := range v {
+		s[i] = fmt.Sprint(id)
+	}
+	return strings.Join(s, ",")
 }

@@ -44,13 +44,7 @@ func TestReassignThrottled(t *testing.T) {
 		target = append(target, id)
 	}
 	target = append(target, added)
-	ids := func(v []int32) string {
-		s := make([]string, len(v))
-		for i, id := range v {
-			s[i] = fmt.Sprint(id)
-		}
-		return strings.Join(s, ",")
-	}
+	ids := idList
 
 	// About 4 MiB in 512 batches of 8 records of 1 KiB, written by 4
 	// producers (acks=all), so that raft's AppendEntries of 64 entries
