@@ -35,11 +35,12 @@ func TestBrokersAdd(t *testing.T) {
 	if out, err := clusterCmd(t, dir, "topics", "create", "grow", "--partitions", "1", "--replication-factor", "3", "--config", "min.insync.replicas=2"); err != nil {
 		t.Fatalf("create grow: %v\n%s", err, out)
 	}
+	began := time.Now()
 	out, err := clusterCmd(t, dir, "brokers", "add", "--wait-timeout", "90s")
 	if err != nil {
 		t.Fatalf("brokers add: %v\n%s", err, out)
 	}
-	t.Logf("cluster brokers add:\n%s", out)
+	t.Logf("cluster brokers add (%v):\n%s", time.Since(began).Round(time.Millisecond), out)
 	f, err := clusterfile.Read(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -139,6 +140,15 @@ func TestBrokersAdd(t *testing.T) {
 	if err := syscall.Kill(added.PID, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("broker 4 (pid %d) after cluster up stopped: kill -0 = %v, want ESRCH", added.PID, err)
 	}
+
+	// A later cluster up on the directory starts the four, the added one
+	// among the others' --peers, and the records are still there.
+	startClusterUp(t, dir, "--brokers", "4")
+	eventually.True(t, 60*time.Second, "the four brokers alive after the restart", func() bool {
+		out, err := clusterCmd(t, dir, "brokers")
+		return err == nil && strings.Count(out, " alive ") == 4
+	})
+	checkAcked(t, "after the restart", acks, e.ReadAll("grow", 0))
 }
 
 // ackedBatch is one batch an acks=all produce acknowledged.
