@@ -6,6 +6,11 @@
 //	brokerd --id 1 --data-dir /var/lib/tapes/1 --listen 10.0.0.1:9092 \
 //	        --kafka-listen 10.0.0.1:9093 \
 //	        --peers 1=10.0.0.1:9092,2=10.0.0.2:9092,3=10.0.0.3:9092
+//
+// A broker added to a running cluster names one of its brokers instead of
+// the peers (`cluster brokers add` starts it so):
+//
+//	brokerd --id 4 --data-dir /var/lib/tapes/4 --listen 10.0.0.4:9092 --join 10.0.0.1:9092
 package main
 
 import (
@@ -42,7 +47,7 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("brokerd", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "brokerd: one tapes broker (partition replicas over Raft, controller seat, client API)\n\nUsage:\n  brokerd --id N --data-dir DIR (--listen HOST:PORT | --listen-fd FD) --peers 1=HOST:PORT,...\n          [--kafka-listen HOST:PORT | --kafka-listen-fd FD] [--kafka-advertise HOST:PORT]\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "brokerd: one tapes broker (partition replicas over Raft, controller seat, client API)\n\nUsage:\n  brokerd --id N --data-dir DIR (--listen HOST:PORT | --listen-fd FD) (--peers 1=HOST:PORT,... | --join HOST:PORT[,HOST:PORT])\n          [--kafka-listen HOST:PORT | --kafka-listen-fd FD] [--kafka-advertise HOST:PORT]\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	def := broker.DefaultConfig()
@@ -55,7 +60,8 @@ func run(args []string) error {
 		kListen   = fs.String("kafka-listen", "", "address to serve Kafka's wire protocol on (PLAINTEXT), e.g. 127.0.0.1:9093 (off when empty)")
 		kListenFD = fs.Int("kafka-listen-fd", -1, "serve Kafka's protocol on this inherited listening socket instead of --kafka-listen (used by `cluster up`)")
 		kAdvert   = fs.String("kafka-advertise", "", "HOST:PORT Kafka clients dial to reach this broker, listed in Kafka Metadata (default: the Kafka listening address; required when it is a wildcard)")
-		peers     = fs.String("peers", "", "every broker of the cluster, this one included, as ID=HOST:PORT,... : how this broker reaches each (required)")
+		peers     = fs.String("peers", "", "every broker of the cluster, this one included, as ID=HOST:PORT,... : how this broker reaches each (required without --join)")
+		join      = fs.String("join", "", "join a running cluster through these brokers' gRPC addresses (HOST:PORT,...): on its first start the broker does not bootstrap the controller quorum, it registers its id (refused with DUPLICATE_BROKER_REGISTRATION when taken) and the quorum's leader adds it (as a non-voter, promoted once the quorum has members enough for 3 or 5 voters); the other brokers' addresses come from the metadata, --peers is optional")
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		metrics   = fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics and Go profiles at /debug/pprof/ (e.g. 127.0.0.1:9100; off when empty)")
 		pprofAddr = fs.String("pprof-listen", "", "serve Go's net/http/pprof at http://ADDR/debug/pprof/ on a listener of its own (e.g. 127.0.0.1:6060; off when empty)")
@@ -134,9 +140,17 @@ func run(args []string) error {
 		lis.Close()
 		return err
 	}
-	peerMap, err := broker.ParsePeers(*peers)
+	var peerMap map[metadata.BrokerID]string
+	if *peers != "" || *join == "" {
+		if peerMap, err = broker.ParsePeers(*peers); err != nil {
+			lis.Close()
+			return fmt.Errorf("--peers: %w", err)
+		}
+	}
+	joinAddrs, err := parseJoin(*join)
 	if err != nil {
-		return fmt.Errorf("--peers: %w", err)
+		lis.Close()
+		return err
 	}
 	cfg := def
 	cfg.ID = metadata.BrokerID(*id)
@@ -147,6 +161,7 @@ func run(args []string) error {
 	}
 	cfg.KafkaAdvertise = kadvertise
 	cfg.Peers = peerMap
+	cfg.Join = joinAddrs
 	cfg.Logger = logger
 	b, err := broker.New(cfg)
 	if err != nil {
@@ -296,4 +311,23 @@ func checkKafkaAdvertise(a string) error {
 		return fmt.Errorf("--kafka-advertise %q: the port must be 1-65535", a)
 	}
 	return nil
+}
+
+// parseJoin parses --join HOST:PORT[,HOST:PORT] (empty: none).
+func parseJoin(v string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(v, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("--join %q: want HOST:PORT[,HOST:PORT]: %w", v, err)
+		}
+		out = append(out, a)
+	}
+	if len(out) == 0 && strings.TrimSpace(v) != "" {
+		return nil, fmt.Errorf("--join %q: no address", v)
+	}
+	return out, nil
 }

@@ -13,23 +13,26 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/clitext"
 	"github.com/tapes-dev/tapes/internal/clusterfile"
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
-// brokersCommand is `cluster brokers [list]` and `cluster brokers remove ID`.
+// brokersCommand is `cluster brokers [list]`, `cluster brokers add` and
+// `cluster brokers remove ID`.
 type brokersCommand struct {
 	stdout, stderr io.Writer
 }
 
 func init() {
-	register("brokers", "list the brokers; remove a broker: move its replicas away, unregister and stop it", (&brokersCommand{stdout: os.Stdout, stderr: os.Stderr}).Run)
+	register("brokers", "list the brokers; add a broker to the running cluster; remove a broker: move its replicas away, unregister and stop it", (&brokersCommand{stdout: os.Stdout, stderr: os.Stderr}).Run)
 }
 
 const brokersUsage = `Usage:
   cluster brokers [list] [--dir DIR | --bootstrap-server ADDR]
+  cluster brokers add [--id N] [--dir DIR] [--wait-timeout D]
   cluster brokers remove ID [--dir DIR] [--wait-timeout D]
 `
 
@@ -42,6 +45,8 @@ func (c *brokersCommand) Run(ctx context.Context, args []string) error {
 		return c.list(ctx, args)
 	case args[0] == "list":
 		return c.list(ctx, args[1:])
+	case args[0] == "add":
+		return c.add(ctx, args[1:])
 	case args[0] == "remove":
 		return c.remove(ctx, args[1:])
 	}
@@ -49,7 +54,7 @@ func (c *brokersCommand) Run(ctx context.Context, args []string) error {
 	if help {
 		return nil
 	}
-	return fmt.Errorf("%w: want the action list or remove, got %q", errUsage, args[0])
+	return fmt.Errorf("%w: want the action list, add or remove, got %q", errUsage, args[0])
 }
 
 // list is `cluster brokers [list]`: one row per registered broker, by id,
@@ -72,6 +77,12 @@ func (c *brokersCommand) list(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	return brokerTable(c.stdout, md, nil)
+}
+
+// brokerTable prints the rows of `cluster brokers list` from md: every
+// registered broker, or only those only names when it is not nil.
+func brokerTable(out io.Writer, md *tapesv1.MetadataResponse, only []int32) error {
 	led, held := map[int32]int{}, map[int32]int{}
 	for _, tm := range md.GetTopics() {
 		for _, pm := range tm.GetPartitions() {
@@ -83,9 +94,12 @@ func (c *brokersCommand) list(ctx context.Context, args []string) error {
 	}
 	brokers := slices.Clone(md.GetBrokers())
 	slices.SortFunc(brokers, func(a, b *tapesv1.BrokerInfo) int { return int(a.GetId()) - int(b.GetId()) })
-	w := clitext.NewTable(c.stdout)
+	w := clitext.NewTable(out)
 	clitext.Row(w, "ID", "ADDRESS", "KAFKA-ADDRESS", "STATE", "LEADER", "REPLICAS")
 	for _, b := range brokers {
+		if only != nil && !slices.Contains(only, b.GetId()) {
+			continue
+		}
 		state := "down"
 		if b.GetAlive() {
 			state = "alive"
@@ -132,21 +146,13 @@ func (c *brokersCommand) remove(ctx context.Context, args []string) error {
 		return fmt.Errorf("%w: broker ID %q: want a positive integer", errUsage, pos[0])
 	}
 	id := int32(n)
-	f, err := clusterfile.Read(t.dir)
-	if err != nil || f.Control == "" {
-		return fmt.Errorf("brokers remove stops the broker through the launcher of --dir %s (cluster up), which has no control endpoint: %v", t.dir, err)
-	}
-	cl, err := t.client()
+	rctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	f, cl, md, err := t.underLauncher(rctx, "brokers remove stops the broker")
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	rctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	md, err := cl.Metadata(rctx, nil, false)
-	if err != nil {
-		return err
-	}
 	var live []int32
 	known := false
 	for _, b := range md.GetBrokers() {
@@ -228,4 +234,25 @@ func (c *brokersCommand) remove(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "Removed broker %d: %d partitions moved, broker stopped and unregistered.\n", id, len(moves))
 	return nil
+}
+
+// underLauncher is the start of brokers add and remove, which act through
+// the launcher of --dir (why says what for): its cluster.json, which must
+// name a control endpoint, a client of the cluster (the caller closes it)
+// and the cluster's metadata (every topic).
+func (t *clusterTarget) underLauncher(ctx context.Context, why string) (*clusterfile.File, *client.Client, *tapesv1.MetadataResponse, error) {
+	f, err := clusterfile.Read(t.dir)
+	if err != nil || f.Control == "" {
+		return nil, nil, nil, fmt.Errorf("%s through the launcher of --dir %s (cluster up), which has no control endpoint: %v", why, t.dir, err)
+	}
+	cl, err := t.client()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	md, err := cl.Metadata(ctx, nil, false)
+	if err != nil {
+		cl.Close()
+		return nil, nil, nil, err
+	}
+	return f, cl, md, nil
 }

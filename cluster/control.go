@@ -175,3 +175,21 @@ func (s *controlServer) Heal(context.Context, *tapesv1.HealRequest) (*tapesv1.He
 	s.c.Heal()
 	return &tapesv1.HealResponse{}, nil
 }
+
+// StartBroker starts one more broker under the launcher (cluster brokers
+// add). The caller checks the id against the metadata (registered,
+// removed); the launcher refuses an id whose broker it already has.
+func (s *controlServer) StartBroker(_ context.Context, req *tapesv1.StartBrokerRequest) (*tapesv1.StartBrokerResponse, error) {
+	if req.BrokerId <= 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "broker id %d: want a positive integer", req.BrokerId)
+	}
+	p, err := s.c.AddBroker(req.BrokerId)
+	switch {
+	case errors.Is(err, launch.ErrExists):
+		return nil, status.Error(codes.AlreadyExists, err.Error())
+	case err != nil:
+		return nil, grpcErr(err)
+	}
+	pi, err := s.info(p.Name)
+	return &tapesv1.StartBrokerResponse{Process: pi}, err
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +38,8 @@ type memBroker struct {
 	onFetch func(req *tapesv1.FetchRequest)
 	// brokers, when set, is the Metadata's broker list (else broker 1 alone).
 	brokers []*tapesv1.BrokerInfo
+	// removed is the Metadata's removed_broker_ids.
+	removed []int32
 	// replicas, when set, returns a partition's leader and replicas (else
 	// leader 1, replicas 1..rf).
 	replicas func(topic string, partition int32) (leader int32, replicas []int32)
@@ -124,8 +127,9 @@ func (b *memBroker) Metadata(_ context.Context, req *tapesv1.MetadataRequest) (*
 	b.metadataRequests = append(b.metadataRequests, proto.Clone(req).(*tapesv1.MetadataRequest))
 	resp := &tapesv1.MetadataResponse{BrokerId: 1, ControllerId: 1, Brokers: []*tapesv1.BrokerInfo{{Id: 1, Address: b.addr, Alive: true}}}
 	if b.brokers != nil {
-		resp.Brokers = b.brokers
+		resp.Brokers = slices.Clone(b.brokers)
 	}
+	resp.RemovedBrokerIds = b.removed
 	names := req.GetTopics()
 	if len(names) == 0 && !req.GetNoTopics() {
 		for n := range b.topics {

@@ -74,6 +74,10 @@ func (a *api) metadata(names []string) (*tapesv1.MetadataResponse, *kerr.Error) 
 			br := s.Brokers[id]
 			resp.Brokers = append(resp.Brokers, &tapesv1.BrokerInfo{Id: int32(id), Address: br.Address, KafkaAddress: br.KafkaAddress})
 		}
+		for id := range s.Removed {
+			resp.RemovedBrokerIds = append(resp.RemovedBrokerIds, int32(id))
+		}
+		slices.Sort(resp.RemovedBrokerIds)
 		if names == nil {
 			names = s.TopicNames()
 		}
@@ -287,7 +291,7 @@ func (a *api) createTopic(ctx context.Context, spec *tapesv1.TopicSpec, manual [
 	b.meta.View(func(s *metadata.State) {
 		_, exists = s.Topics[spec.Name]
 		colliding = s.CollidingTopic(spec.Name)
-		for _, id := range b.cfg.sortedPeers() {
+		for _, id := range b.peerIDsIn(s) {
 			_, registered := s.Brokers[id]
 			switch l := b.peerLiveness(id); {
 			case registered && l == live:

@@ -79,6 +79,13 @@ type Broker struct {
 	ready        atomic.Bool
 	// requestSeq numbers this run's controller proposals (newRequestID).
 	requestSeq atomic.Uint64
+	// joining: this broker started with --join and no controller state
+	// (it registers as a joining broker). Fixed by New.
+	joining bool
+	// joinPeers: the addresses a --join broker's Metadata answer listed
+	// (peerAddr), guarded by joinMu.
+	joinMu    sync.Mutex
+	joinPeers map[metadata.BrokerID]string
 
 	// kafka is the Kafka front end once ServeKafka runs (nil before or
 	// without a Kafka listener). Guarded by mu; Shutdown closes it first.
@@ -122,6 +129,7 @@ func New(cfg Config) (*Broker, error) {
 		conns:       map[metadata.BrokerID]*grpc.ClientConn{},
 		lastSeen:    map[metadata.BrokerID]time.Time{},
 		refused:     map[metadata.BrokerID]time.Time{},
+		joinPeers:   map[metadata.BrokerID]string{},
 		startedAt:   time.Now(),
 		obsCh:       make(chan raft.Observation, 1024),
 		stop:        make(chan struct{}),
@@ -191,7 +199,7 @@ func New(cfg Config) (*Broker, error) {
 // broker dials.
 func (b *Broker) resolvePeer(addr raft.ServerAddress) (string, error) {
 	id := replication.BrokerOf(raft.ServerID(addr))
-	if a, ok := b.cfg.Peers[id]; ok {
+	if a, ok := b.peerAddr(id); ok {
 		return a, nil
 	}
 	return "", fmt.Errorf("no address for broker %q", addr)
@@ -232,7 +240,8 @@ func (b *Broker) openController() error {
 		bolt.Close()
 		return fmt.Errorf("controller state: %w", err)
 	}
-	if !existing {
+	b.joining = !existing && len(b.cfg.Join) > 0
+	if !existing && !b.joining {
 		var servers []raft.Server
 		for _, id := range b.cfg.sortedPeers() {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: replication.ServerID(id), Address: raft.ServerAddress(replication.ServerID(id))})
@@ -411,13 +420,21 @@ func (b *Broker) observe() {
 // peerConn returns (dialling once) the connection to a peer broker.
 func (b *Broker) peerConn(id metadata.BrokerID) (*grpc.ClientConn, error) {
 	b.mu.Lock()
+	c, ok := b.conns[id]
+	b.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	// Outside b.mu: peerAddr takes the metadata's lock, and View callbacks
+	// take b.mu (peerLiveness).
+	addr, ok := b.peerAddr(id)
+	if !ok {
+		return nil, fmt.Errorf("broker %d is not a known peer", id)
+	}
+	b.mu.Lock()
 	defer b.mu.Unlock()
 	if c, ok := b.conns[id]; ok {
 		return c, nil
-	}
-	addr, ok := b.cfg.Peers[id]
-	if !ok {
-		return nil, fmt.Errorf("broker %d is not a known peer", id)
 	}
 	// Reconnect within a second of a peer's restart (gRPC's default backoff
 	// grows to two minutes): heartbeats decide liveness (peerLiveness).

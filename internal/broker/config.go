@@ -30,6 +30,14 @@ type Config struct {
 	// to the address THIS broker uses to reach it. Brokers may see each
 	// other through different addresses (e.g. per-link fault proxies).
 	Peers map[metadata.BrokerID]string
+	// Join lists gRPC addresses of brokers of a running cluster (brokerd
+	// --join). A broker without a controller state of its own then does
+	// not bootstrap the controller quorum: it registers through them (as
+	// a joining broker, metadata.Command.Join) and waits for the quorum's
+	// leader to add it (addControllerMembers). Peers may then hold this
+	// broker only (ValidateConfig adds it); the others are learnt from the
+	// metadata.
+	Join []string
 
 	Raft replication.RaftTimings
 	// RaftLog is where new partition groups keep their Raft log: the
@@ -182,6 +190,14 @@ func ValidateConfig(c *Config) error {
 	}
 	if c.Advertise == "" {
 		return ErrNoAdvertise
+	}
+	if len(c.Join) > 0 {
+		if c.Peers == nil {
+			c.Peers = map[metadata.BrokerID]string{}
+		}
+		if _, ok := c.Peers[c.ID]; !ok {
+			c.Peers[c.ID] = c.Advertise
+		}
 	}
 	if len(c.Peers) == 0 {
 		return fmt.Errorf("%w: none given", ErrPeers)

@@ -98,6 +98,14 @@ func (b *Broker) proposeOnce(ctx context.Context, data []byte) (*metadata.Result
 		return b.applyLocal(ctx, data)
 	}
 	leader := b.controllerID()
+	if leader < 0 && len(b.cfg.Join) > 0 && b.ctrlRaft.LastContact().IsZero() {
+		// Not in the quorum yet (or not heard from its leader since
+		// this start): the --join brokers know the leader.
+		var err error
+		if leader, err = b.joinController(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if leader < 0 {
 		return nil, kerr.New(kerr.NotController, "the controller quorum has no leader")
 	}
@@ -208,7 +216,7 @@ func (b *Broker) registerLoop() {
 		want := metadata.Broker{ID: b.cfg.ID, Address: b.cfg.Advertise, KafkaAddress: b.cfg.KafkaAdvertise}
 		if b.registeredAt.Load() == 0 || have != want {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			res, err := b.propose(ctx, &metadata.Command{Op: metadata.OpRegisterBroker, Broker: &want})
+			res, err := b.propose(ctx, &metadata.Command{Op: metadata.OpRegisterBroker, Broker: &want, Join: b.joining})
 			if err == nil {
 				err = res.Err()
 			}
@@ -244,7 +252,7 @@ func (b *Broker) heartbeatLoop() {
 	ctx, cancel := b.stopContext()
 	defer cancel()
 	for {
-		for _, id := range b.cfg.sortedPeers() {
+		for _, id := range b.peerIDs() {
 			if id == b.cfg.ID {
 				b.mu.Lock()
 				b.lastSeen[id] = time.Now()

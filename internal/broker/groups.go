@@ -119,7 +119,7 @@ func txnMarker(b storage.Batch) (*group.Marker, bool) {
 // to create it: TOPIC_ALREADY_EXISTS is success.
 func (b *Broker) ensureOffsetsTopic(ctx context.Context) error {
 	rf := b.cfg.Groups.OffsetsTopicReplicationFactor
-	rf = min(rf, len(b.cfg.Peers))
+	rf = min(rf, len(b.peerIDs()))
 	spec := &tapesv1.TopicSpec{Name: group.OffsetsTopic, Partitions: b.cfg.Groups.OffsetsTopicPartitions, ReplicationFactor: int32(rf),
 		Configs: map[string]string{
 			metadata.ConfigRetentionMs:    "-1", // the coordinator compacts it instead (group/compact.go)

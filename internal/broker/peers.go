@@ -17,23 +17,31 @@ import (
 // it (its process is gone: SIGKILL, crash, shutdown), peerGone starts the
 // elections that peer's leaderships need at once, instead of after Raft's
 // heartbeat timeout. A paused process or a cut link keeps or hangs its
-// connections and is found by the timeouts, as Raft intends.
+// connections and is found by the timeouts, as Raft intends. Brokers that
+// join later (peerIDs) are watched from the next heartbeat interval on.
 func (b *Broker) watchPeers() {
 	defer b.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-b.stop; cancel() }()
 	var wg sync.WaitGroup
-	for _, id := range b.cfg.sortedPeers() {
-		if id == b.cfg.ID {
-			continue
+	defer wg.Wait()
+	watched := map[metadata.BrokerID]bool{b.cfg.ID: true}
+	for {
+		for _, id := range b.peerIDs() {
+			if watched[id] {
+				continue
+			}
+			watched[id] = true
+			wg.Add(1)
+			go func(id metadata.BrokerID) {
+				defer wg.Done()
+				b.watchPeer(ctx, id)
+			}(id)
 		}
-		wg.Add(1)
-		go func(id metadata.BrokerID) {
-			defer wg.Done()
-			b.watchPeer(ctx, id)
-		}(id)
+		if !b.sleep(b.cfg.HeartbeatInterval) {
+			return
+		}
 	}
-	wg.Wait()
 }
 
 func (b *Broker) watchPeer(ctx context.Context, id metadata.BrokerID) {
@@ -74,7 +82,7 @@ func (b *Broker) peerGone(dead metadata.BrokerID) {
 			started++
 		}
 	}
-	if b.ctrlRaft.State() == raft.Follower && b.controllerID() == dead && replication.StandFor(b.cfg.sortedPeers(), dead) == b.cfg.ID {
+	if b.ctrlRaft.State() == raft.Follower && b.controllerID() == dead && replication.StandFor(b.controllerVoters(), dead) == b.cfg.ID {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if err := b.ctrlTrans.TriggerElection(ctx, replication.ServerID(dead)); err == nil {
 			started++

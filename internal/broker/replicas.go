@@ -41,9 +41,11 @@ func (b *Broker) reconcileLoop() {
 		case <-b.stop:
 			return
 		case <-b.metaChanged:
+			b.addControllerMembers()
 		case <-t.C:
 			b.resendStaleReports()
 			b.removeControllerVoters()
+			b.addControllerMembers()
 		}
 	}
 }

@@ -121,7 +121,7 @@ func byTopic(parts []txn.TopicPartition) ([]string, map[string][]int32) {
 // transaction.state.log.min.isr), kept forever. Several brokers may race
 // to create it: TOPIC_ALREADY_EXISTS is success.
 func (b *Broker) ensureTxnTopic(ctx context.Context) error {
-	rf := min(b.cfg.Transactions.StateTopicReplicationFactor, len(b.cfg.Peers))
+	rf := min(b.cfg.Transactions.StateTopicReplicationFactor, len(b.peerIDs()))
 	configs := map[string]string{
 		metadata.ConfigRetentionMs:    "-1",
 		metadata.ConfigRetentionBytes: "-1",

@@ -170,9 +170,19 @@ func (c *collector) period() time.Duration {
 
 func (c *collector) run(ctx context.Context, emit func(...Entry)) {
 	var wg sync.WaitGroup
-	for _, id := range c.brokerIDs() {
-		wg.Go(func() { everyOf(ctx, c.period, func(ctx context.Context) { c.readBroker(ctx, id) }) })
+	// One reader per broker, for those of the start and, from the next
+	// round on, those `cluster brokers add` starts later.
+	reading := map[int32]bool{}
+	readers := func(context.Context) {
+		for _, id := range c.brokerIDs() {
+			if !reading[id] {
+				reading[id] = true
+				wg.Go(func() { everyOf(ctx, c.period, func(ctx context.Context) { c.readBroker(ctx, id) }) })
+			}
+		}
 	}
+	readers(ctx)
+	wg.Go(func() { everyOf(ctx, c.period, readers) })
 	wg.Go(func() { everyOf(ctx, c.period, func(context.Context) { c.merge() }) })
 	wg.Go(func() { everyOf(ctx, c.period, func(ctx context.Context) { c.readTapes(ctx, emit) }) })
 	wg.Go(func() { everyOf(ctx, c.period, c.readGroups) })

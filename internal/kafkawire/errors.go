@@ -85,6 +85,7 @@ var kafkaCodes = map[kerr.Code]*fkerr.Error{
 	kerr.UnknownProducerID:            fkerr.UnknownProducerID,
 	kerr.FetchSessionIDNotFound:       fkerr.FetchSessionIDNotFound,
 	kerr.ReassignmentInProgress:       fkerr.ReassignmentInProgress,
+	kerr.DuplicateBrokerRegistration:  fkerr.DuplicateBrokerRegistration,
 	kerr.InvalidTxnState:              fkerr.InvalidTxnState,
 	kerr.InvalidProducerIDMapping:     fkerr.InvalidProducerIDMapping,
 	kerr.InvalidTransactionTimeout:    fkerr.InvalidTransactionTimeout,

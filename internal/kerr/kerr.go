@@ -71,6 +71,9 @@ const (
 	FetchSessionIDNotFound Code = "FETCH_SESSION_ID_NOT_FOUND"
 	// A partition reassignment (cluster topics reassign) is already under way.
 	ReassignmentInProgress Code = "REASSIGNMENT_IN_PROGRESS"
+	// DuplicateBrokerRegistration: a joining broker's id is already
+	// registered by another broker (brokerd --join, cluster brokers add).
+	DuplicateBrokerRegistration Code = "DUPLICATE_BROKER_REGISTRATION"
 	// The transaction coordinator (internal/txn).
 	InvalidTxnState              Code = "INVALID_TXN_STATE"
 	InvalidProducerIDMapping     Code = "INVALID_PRODUCER_ID_MAPPING"
@@ -117,7 +120,7 @@ func (c Code) grpcCode() codes.Code {
 	switch c {
 	case UnknownTopicOrPartition, UnknownTopicID, UnknownMemberID, UnknownProducerID, GroupIDNotFound, TransactionalIDNotFound:
 		return codes.NotFound
-	case TopicAlreadyExists:
+	case TopicAlreadyExists, DuplicateBrokerRegistration:
 		return codes.AlreadyExists
 	case OffsetOutOfRange:
 		return codes.OutOfRange

@@ -37,6 +37,9 @@ type child struct {
 	// host is the broker's own host (Options.Network), nil on the
 	// launcher's.
 	host *netns.Host
+	// join: a broker AddBroker added to the running cluster; it runs
+	// with --join (the other brokers' addresses) instead of --peers.
+	join bool
 	// path, args and env run a non-broker child; env adds to the
 	// launcher's environment.
 	path string
@@ -92,7 +95,11 @@ func (c *Cluster) commandLine(ch *child) (string, []string) {
 		"--data-dir", ch.dataDir,
 		"--listen-fd", "3",
 		"--kafka-listen-fd", "4",
-		"--peers", c.peersOf(ch),
+	}
+	if ch.join {
+		args = append(args, "--join", c.joinOf(ch))
+	} else {
+		args = append(args, "--peers", c.peersOf(ch))
 	}
 	if ch.listen != ch.addr {
 		args = append(args, "--advertise", ch.addr)

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,6 +100,9 @@ type Cluster struct {
 	// (extra, in start order). Guarded by mu.
 	byName map[string]*child
 	extra  []*child
+	// added: the brokers AddBroker started in this run, in start order
+	// (children are those of Start). Guarded by mu.
+	added []*child
 	// links by (from, to) process name, when Options.Links. Guarded by mu.
 	links map[linkKey]*netfault.Link
 	// control is the control endpoint's address for cluster.json.
@@ -326,8 +330,8 @@ func (c *Cluster) bindPort(name, what, old string) (*net.TCPListener, string, st
 
 // writeFileLocked rewrites DIR/cluster.json from the current state. c.mu held.
 func (c *Cluster) writeFileLocked() error {
-	f := &clusterfile.File{Bootstrap: strings.Join(c.Bootstrap(), ","), KafkaBootstrap: strings.Join(c.KafkaBootstrap(), ","), Control: c.control}
-	for _, ch := range c.children {
+	f := &clusterfile.File{Bootstrap: strings.Join(c.addrsLocked(false), ","), KafkaBootstrap: strings.Join(c.addrsLocked(true), ","), Control: c.control}
+	for _, ch := range c.brokersLocked() {
 		f.Processes = append(f.Processes, ch.proc)
 	}
 	for _, ch := range c.extra {
@@ -347,31 +351,47 @@ func (c *Cluster) writeFileLocked() error {
 // Dir returns the cluster directory (absolute).
 func (c *Cluster) Dir() string { return c.dir }
 
-// Bootstrap returns the brokers' addresses in id order.
+// Bootstrap returns the brokers' addresses: those of Start in id order,
+// then those AddBroker added.
 func (c *Cluster) Bootstrap() []string {
-	out := make([]string, len(c.children))
-	for i, ch := range c.children {
-		out[i] = ch.addr
-	}
-	return out
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addrsLocked(false)
 }
 
-// KafkaBootstrap returns the brokers' Kafka addresses in id order.
+// KafkaBootstrap returns the brokers' Kafka addresses, in Bootstrap's order.
 func (c *Cluster) KafkaBootstrap() []string {
-	out := make([]string, len(c.children))
-	for i, ch := range c.children {
-		out[i] = ch.kafkaAddr
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addrsLocked(true)
+}
+
+// brokersLocked returns every broker: Start's, then AddBroker's. c.mu held.
+func (c *Cluster) brokersLocked() []*child {
+	return append(slices.Clone(c.children), c.added...)
+}
+
+// addrsLocked returns the brokers' gRPC (or Kafka) addresses. c.mu held.
+func (c *Cluster) addrsLocked(kafka bool) []string {
+	var out []string
+	for _, ch := range c.brokersLocked() {
+		if kafka {
+			out = append(out, ch.kafkaAddr)
+		} else {
+			out = append(out, ch.addr)
+		}
 	}
 	return out
 }
 
-// Names returns the names of the processes: brokers in id order, then the
-// processes StartProcess added, in start order.
+// Names returns the names of the processes: brokers in id order (those
+// AddBroker added after Start's), then the processes StartProcess added,
+// in start order.
 func (c *Cluster) Names() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.children)+len(c.extra))
-	for _, ch := range c.children {
+	out := make([]string, 0, len(c.children)+len(c.added)+len(c.extra))
+	for _, ch := range c.brokersLocked() {
 		out = append(out, ch.name)
 	}
 	for _, ch := range c.extra {
@@ -468,7 +488,7 @@ func (c *Cluster) Close() error {
 func (c *Cluster) close() error {
 	c.mu.Lock()
 	c.closed = true
-	all := append(append([]*child(nil), c.extra...), c.children...)
+	all := append(append([]*child(nil), c.extra...), c.brokersLocked()...)
 	clients := len(c.extra)
 	c.mu.Unlock()
 	errs := make([]error, len(all)+2)

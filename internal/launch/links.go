@@ -200,7 +200,7 @@ func (c *Cluster) StartProcess(spec ProcessSpec) error {
 		proc: clusterfile.Process{Name: spec.Name, Kind: spec.Kind, Log: log}}
 	switch {
 	case spec.Kind == KafkaKind:
-		bootstrap := c.KafkaBootstrap()
+		bootstrap := c.addrsLocked(true)
 		if c.withLinks {
 			for i, b := range c.children {
 				l, err := c.kafkaLinkLocked(spec.Name, b.name, b.kafkaAddr)

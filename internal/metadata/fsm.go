@@ -42,6 +42,12 @@ type Command struct {
 	RequestID string `json:"request_id,omitempty"`
 	// OpRegisterBroker.
 	Broker *Broker `json:"broker,omitempty"`
+	// OpRegisterBroker: the broker joins a running cluster (brokerd
+	// --join, without a controller state of its own yet): its id must be
+	// new, not one registered at another address (a second process given
+	// a taken id) nor a removed one. A broker of the bootstrap --peers
+	// re-registers freely (a new address after a restart).
+	Join bool `json:"join,omitempty"`
 	// OpCreateTopic: name, configs and the partitions' replicas (the ID is assigned on apply).
 	Topic *Topic `json:"topic,omitempty"`
 	// OpCreateTopic: the proposing broker's --max-partitions-per-broker,
@@ -192,8 +198,13 @@ func (f *FSM) apply(cmd *Command) (*Result, bool) {
 		if s.Removed[cmd.Broker.ID] {
 			return refuse(kerr.New(kerr.InvalidRequest, "broker %d was removed from the cluster (cluster brokers remove); it cannot register again", cmd.Broker.ID)), false
 		}
-		if old, ok := s.Brokers[cmd.Broker.ID]; ok && old == *cmd.Broker {
+		old, ok := s.Brokers[cmd.Broker.ID]
+		if ok && old == *cmd.Broker {
 			return &Result{}, false
+		}
+		if ok && cmd.Join && old.Address != cmd.Broker.Address {
+			return refuse(kerr.New(kerr.DuplicateBrokerRegistration, "broker id %d is already registered at %s; a joining broker (at %s) needs an id of its own",
+				cmd.Broker.ID, old.Address, cmd.Broker.Address)), false
 		}
 		s.Brokers[cmd.Broker.ID] = *cmd.Broker
 		return &Result{}, true

@@ -287,3 +287,58 @@ func TestBrokerKafkaAddress(t *testing.T) {
 		t.Fatalf("broker from an old command = %+v", got)
 	}
 }
+
+// TestRegisterJoiningBroker: a broker joining a running cluster (brokerd
+// --join) registers with a new id; its registration again (a retry, a
+// restart on the same address) changes nothing; a second broker joining
+// with that id at another address is DUPLICATE_BROKER_REGISTRATION, and a
+// removed id is refused. The state survives a snapshot/restore (a
+// controller failover) with the joined broker, and the restored state
+// refuses the same registrations.
+func TestRegisterJoiningBroker(t *testing.T) {
+	f := NewFSM()
+	for id := BrokerID(1); id <= 3; id++ {
+		apply(t, f, &Command{Op: OpRegisterBroker, Broker: &Broker{ID: id, Address: fmt.Sprintf("127.0.0.1:%d", id)}})
+	}
+	joined := Broker{ID: 4, Address: "127.0.0.1:4", KafkaAddress: "127.0.0.1:40"}
+	if r := apply(t, f, &Command{Op: OpRegisterBroker, Join: true, Broker: &joined}); r.Err() != nil {
+		t.Fatalf("join broker 4: %v", r.Err())
+	}
+	if r := apply(t, f, &Command{Op: OpRegisterBroker, Join: true, Broker: &joined}); r.Err() != nil {
+		t.Fatalf("broker 4 joins again at the same address: %v", r.Err())
+	}
+	if r := apply(t, f, &Command{Op: OpUnregisterBroker, Leader: 3}); r.Err() != nil {
+		t.Fatalf("unregister broker 3: %v", r.Err())
+	}
+	refusals := func(f *FSM, when string) {
+		t.Helper()
+		for _, c := range []struct {
+			b    Broker
+			want kerr.Code
+			in   string
+		}{
+			{Broker{ID: 4, Address: "127.0.0.1:99"}, kerr.DuplicateBrokerRegistration, "broker id 4 is already registered at 127.0.0.1:4"},
+			{Broker{ID: 1, Address: "127.0.0.1:99"}, kerr.DuplicateBrokerRegistration, "broker id 1"},
+			{Broker{ID: 3, Address: "127.0.0.1:3"}, kerr.InvalidRequest, "broker 3 was removed"},
+		} {
+			r := apply(t, f, &Command{Op: OpRegisterBroker, Join: true, Broker: &c.b})
+			if !kerr.Is(r.Err(), c.want) || !strings.Contains(r.ErrorMessage, c.in) {
+				t.Errorf("%s: broker %d joins at %s: %v, want %s %q", when, c.b.ID, c.b.Address, r.Err(), c.want, c.in)
+			}
+		}
+		if got := f.Clone().Brokers[4]; got != joined {
+			t.Errorf("%s: broker 4 = %+v, want %+v", when, got, joined)
+		}
+		if got := f.Clone().BrokerIDs(); !slices.Equal(got, []BrokerID{1, 2, 4}) {
+			t.Errorf("%s: registered brokers %v, want 1,2,4", when, got)
+		}
+	}
+	refusals(f, "before the snapshot")
+	g := restored(t, f)
+	refusals(g, "after a restore")
+	// A broker of the bootstrap --peers (no Join) re-registers at a new
+	// address after a restart.
+	if r := apply(t, g, &Command{Op: OpRegisterBroker, Broker: &Broker{ID: 1, Address: "127.0.0.1:11"}}); r.Err() != nil || g.Clone().Brokers[1].Address != "127.0.0.1:11" {
+		t.Fatalf("broker 1 re-registers at a new address: %v %+v", r.Err(), g.Clone().Brokers[1])
+	}
+}

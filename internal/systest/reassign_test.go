@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
@@ -54,35 +52,7 @@ func TestReassignUnderLoad(t *testing.T) {
 	}
 
 	// acks=all load for the whole reassignment.
-	type acked struct {
-		base   int64
-		values []string
-	}
-	var (
-		mu    sync.Mutex
-		acks  []acked
-		stop  = make(chan struct{})
-		doneP = make(chan struct{})
-	)
-	go func() {
-		defer close(doneP)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			recs := testcluster.Records(fmt.Sprintf("b%05d", i), 0, 20)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			resp, err := e.Client.Produce(ctx, &tapesv1.ProduceRequest{Topic: "moving", Partition: 0, Acks: -1, Records: recs})
-			cancel()
-			if err == nil {
-				mu.Lock()
-				acks = append(acks, acked{resp.BaseOffset, testcluster.Values(recs)})
-				mu.Unlock()
-			}
-		}
-	}()
+	stopLoad := acksAllLoad(e.Client, "moving", 0)
 	time.Sleep(2 * time.Second)
 	out, err := cli(t, e, "", "topics", "reassign", "moving", "--partition", "0", "--replicas", ids(target), "--wait-timeout", "120s")
 	if err != nil {
@@ -105,11 +75,8 @@ func TestReassignUnderLoad(t *testing.T) {
 		t.Errorf("the leaving leader was removed before it handed leadership over")
 	}
 	time.Sleep(2 * time.Second)
-	close(stop)
-	<-doneP
-	mu.Lock()
+	acks := stopLoad()
 	n := len(acks)
-	mu.Unlock()
 	if n < 10 {
 		t.Fatalf("only %d batches acknowledged under the reassignment", n)
 	}
@@ -132,20 +99,7 @@ func TestReassignUnderLoad(t *testing.T) {
 		return true
 	})
 
-	check := func(when string) {
-		recs := e.ReadAll("moving", 0)
-		byOffset := map[int64]string{}
-		for _, r := range recs {
-			byOffset[r.Offset] = string(r.Value)
-		}
-		for _, a := range acks {
-			for i, v := range a.values {
-				if got := byOffset[a.base+int64(i)]; got != v {
-					t.Fatalf("%s: offset %d holds %q, want the acknowledged %q", when, a.base+int64(i), got, v)
-				}
-			}
-		}
-	}
+	check := func(when string) { checkAcked(t, when, acks, e.ReadAll("moving", 0)) }
 	check("after the reassignment")
 	if err := e.C.Kill(testcluster.BrokerName(leaving)); err != nil {
 		t.Fatal(err)

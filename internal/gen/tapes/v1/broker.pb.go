@@ -573,9 +573,12 @@ type MetadataResponse struct {
 	ControllerId int32            `protobuf:"varint,2,opt,name=controller_id,json=controllerId,proto3" json:"controller_id,omitempty"`
 	Topics       []*TopicMetadata `protobuf:"bytes,3,rep,name=topics,proto3" json:"topics,omitempty"`
 	// The broker that answered.
-	BrokerId      int32 `protobuf:"varint,4,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BrokerId int32 `protobuf:"varint,4,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	// Ids unregistered by `cluster brokers remove`: none of them registers
+	// again (`cluster brokers add` refuses them).
+	RemovedBrokerIds []int32 `protobuf:"varint,5,rep,packed,name=removed_broker_ids,json=removedBrokerIds,proto3" json:"removed_broker_ids,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *MetadataResponse) Reset() {
@@ -634,6 +637,13 @@ func (x *MetadataResponse) GetBrokerId() int32 {
 		return x.BrokerId
 	}
 	return 0
+}
+
+func (x *MetadataResponse) GetRemovedBrokerIds() []int32 {
+	if x != nil {
+		return x.RemovedBrokerIds
+	}
+	return nil
 }
 
 type TopicSpec struct {
@@ -2048,12 +2058,13 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\x0fMetadataRequest\x12\x16\n" +
 	"\x06topics\x18\x01 \x03(\tR\x06topics\x12'\n" +
 	"\x0finclude_offsets\x18\x02 \x01(\bR\x0eincludeOffsets\x12\x1b\n" +
-	"\tno_topics\x18\x03 \x01(\bR\bnoTopics\"\xb5\x01\n" +
+	"\tno_topics\x18\x03 \x01(\bR\bnoTopics\"\xe3\x01\n" +
 	"\x10MetadataResponse\x12.\n" +
 	"\abrokers\x18\x01 \x03(\v2\x14.tapes.v1.BrokerInfoR\abrokers\x12#\n" +
 	"\rcontroller_id\x18\x02 \x01(\x05R\fcontrollerId\x12/\n" +
 	"\x06topics\x18\x03 \x03(\v2\x17.tapes.v1.TopicMetadataR\x06topics\x12\x1b\n" +
-	"\tbroker_id\x18\x04 \x01(\x05R\bbrokerId\"\xe6\x01\n" +
+	"\tbroker_id\x18\x04 \x01(\x05R\bbrokerId\x12,\n" +
+	"\x12removed_broker_ids\x18\x05 \x03(\x05R\x10removedBrokerIds\"\xe6\x01\n" +
 	"\tTopicSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +

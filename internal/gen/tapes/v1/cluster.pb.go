@@ -1015,6 +1015,94 @@ func (*HealResponse) Descriptor() ([]byte, []int) {
 	return file_tapes_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
+type StartBrokerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BrokerId      int32                  `protobuf:"varint,1,opt,name=broker_id,json=brokerId,proto3" json:"broker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBrokerRequest) Reset() {
+	*x = StartBrokerRequest{}
+	mi := &file_tapes_v1_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBrokerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBrokerRequest) ProtoMessage() {}
+
+func (x *StartBrokerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBrokerRequest.ProtoReflect.Descriptor instead.
+func (*StartBrokerRequest) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *StartBrokerRequest) GetBrokerId() int32 {
+	if x != nil {
+		return x.BrokerId
+	}
+	return 0
+}
+
+type StartBrokerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Process       *ProcessInfo           `protobuf:"bytes,1,opt,name=process,proto3" json:"process,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBrokerResponse) Reset() {
+	*x = StartBrokerResponse{}
+	mi := &file_tapes_v1_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBrokerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBrokerResponse) ProtoMessage() {}
+
+func (x *StartBrokerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tapes_v1_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBrokerResponse.ProtoReflect.Descriptor instead.
+func (*StartBrokerResponse) Descriptor() ([]byte, []int) {
+	return file_tapes_v1_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *StartBrokerResponse) GetProcess() *ProcessInfo {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
 var File_tapes_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_tapes_v1_cluster_proto_rawDesc = "" +
@@ -1071,7 +1159,11 @@ const file_tapes_v1_cluster_proto_rawDesc = "" +
 	"\x05links\x18\x01 \x03(\v2\x12.tapes.v1.LinkInfoR\x05links\"\x12\n" +
 	"\x10SetLinksResponse\"\r\n" +
 	"\vHealRequest\"\x0e\n" +
-	"\fHealResponse2\xc0\x05\n" +
+	"\fHealResponse\"1\n" +
+	"\x12StartBrokerRequest\x12\x1b\n" +
+	"\tbroker_id\x18\x01 \x01(\x05R\bbrokerId\"F\n" +
+	"\x13StartBrokerResponse\x12/\n" +
+	"\aprocess\x18\x01 \x01(\v2\x15.tapes.v1.ProcessInfoR\aprocess2\x8c\x06\n" +
 	"\x15ClusterControlService\x12P\n" +
 	"\rClusterStatus\x12\x1e.tapes.v1.ClusterStatusRequest\x1a\x1f.tapes.v1.ClusterStatusResponse\x12J\n" +
 	"\vKillProcess\x12\x1c.tapes.v1.KillProcessRequest\x1a\x1d.tapes.v1.KillProcessResponse\x12M\n" +
@@ -1079,7 +1171,8 @@ const file_tapes_v1_cluster_proto_rawDesc = "" +
 	"\rResumeProcess\x12\x1e.tapes.v1.ResumeProcessRequest\x1a\x1f.tapes.v1.ResumeProcessResponse\x12S\n" +
 	"\x0eRestartProcess\x12\x1f.tapes.v1.RestartProcessRequest\x1a .tapes.v1.RestartProcessResponse\x12J\n" +
 	"\vStopProcess\x12\x1c.tapes.v1.StopProcessRequest\x1a\x1d.tapes.v1.StopProcessResponse\x12M\n" +
-	"\fStartProcess\x12\x1d.tapes.v1.StartProcessRequest\x1a\x1e.tapes.v1.StartProcessResponse\x12A\n" +
+	"\fStartProcess\x12\x1d.tapes.v1.StartProcessRequest\x1a\x1e.tapes.v1.StartProcessResponse\x12J\n" +
+	"\vStartBroker\x12\x1c.tapes.v1.StartBrokerRequest\x1a\x1d.tapes.v1.StartBrokerResponse\x12A\n" +
 	"\bSetLinks\x12\x19.tapes.v1.SetLinksRequest\x1a\x1a.tapes.v1.SetLinksResponse\x125\n" +
 	"\x04Heal\x12\x15.tapes.v1.HealRequest\x1a\x16.tapes.v1.HealResponseB:Z8github.com/tapes-dev/tapes/internal/gen/tapes/v1;tapesv1b\x06proto3"
 
@@ -1095,7 +1188,7 @@ func file_tapes_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_tapes_v1_cluster_proto_rawDescData
 }
 
-var file_tapes_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_tapes_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_tapes_v1_cluster_proto_goTypes = []any{
 	(*ClusterStatusRequest)(nil),   // 0: tapes.v1.ClusterStatusRequest
 	(*ProcessInfo)(nil),            // 1: tapes.v1.ProcessInfo
@@ -1117,6 +1210,8 @@ var file_tapes_v1_cluster_proto_goTypes = []any{
 	(*SetLinksResponse)(nil),       // 17: tapes.v1.SetLinksResponse
 	(*HealRequest)(nil),            // 18: tapes.v1.HealRequest
 	(*HealResponse)(nil),           // 19: tapes.v1.HealResponse
+	(*StartBrokerRequest)(nil),     // 20: tapes.v1.StartBrokerRequest
+	(*StartBrokerResponse)(nil),    // 21: tapes.v1.StartBrokerResponse
 }
 var file_tapes_v1_cluster_proto_depIdxs = []int32{
 	1,  // 0: tapes.v1.ClusterStatusResponse.processes:type_name -> tapes.v1.ProcessInfo
@@ -1128,29 +1223,32 @@ var file_tapes_v1_cluster_proto_depIdxs = []int32{
 	1,  // 6: tapes.v1.StopProcessResponse.process:type_name -> tapes.v1.ProcessInfo
 	1,  // 7: tapes.v1.StartProcessResponse.process:type_name -> tapes.v1.ProcessInfo
 	2,  // 8: tapes.v1.SetLinksRequest.links:type_name -> tapes.v1.LinkInfo
-	0,  // 9: tapes.v1.ClusterControlService.ClusterStatus:input_type -> tapes.v1.ClusterStatusRequest
-	4,  // 10: tapes.v1.ClusterControlService.KillProcess:input_type -> tapes.v1.KillProcessRequest
-	8,  // 11: tapes.v1.ClusterControlService.PauseProcess:input_type -> tapes.v1.PauseProcessRequest
-	5,  // 12: tapes.v1.ClusterControlService.ResumeProcess:input_type -> tapes.v1.ResumeProcessRequest
-	6,  // 13: tapes.v1.ClusterControlService.RestartProcess:input_type -> tapes.v1.RestartProcessRequest
-	7,  // 14: tapes.v1.ClusterControlService.StopProcess:input_type -> tapes.v1.StopProcessRequest
-	15, // 15: tapes.v1.ClusterControlService.StartProcess:input_type -> tapes.v1.StartProcessRequest
-	16, // 16: tapes.v1.ClusterControlService.SetLinks:input_type -> tapes.v1.SetLinksRequest
-	18, // 17: tapes.v1.ClusterControlService.Heal:input_type -> tapes.v1.HealRequest
-	3,  // 18: tapes.v1.ClusterControlService.ClusterStatus:output_type -> tapes.v1.ClusterStatusResponse
-	9,  // 19: tapes.v1.ClusterControlService.KillProcess:output_type -> tapes.v1.KillProcessResponse
-	10, // 20: tapes.v1.ClusterControlService.PauseProcess:output_type -> tapes.v1.PauseProcessResponse
-	11, // 21: tapes.v1.ClusterControlService.ResumeProcess:output_type -> tapes.v1.ResumeProcessResponse
-	12, // 22: tapes.v1.ClusterControlService.RestartProcess:output_type -> tapes.v1.RestartProcessResponse
-	13, // 23: tapes.v1.ClusterControlService.StopProcess:output_type -> tapes.v1.StopProcessResponse
-	14, // 24: tapes.v1.ClusterControlService.StartProcess:output_type -> tapes.v1.StartProcessResponse
-	17, // 25: tapes.v1.ClusterControlService.SetLinks:output_type -> tapes.v1.SetLinksResponse
-	19, // 26: tapes.v1.ClusterControlService.Heal:output_type -> tapes.v1.HealResponse
-	18, // [18:27] is the sub-list for method output_type
-	9,  // [9:18] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	1,  // 9: tapes.v1.StartBrokerResponse.process:type_name -> tapes.v1.ProcessInfo
+	0,  // 10: tapes.v1.ClusterControlService.ClusterStatus:input_type -> tapes.v1.ClusterStatusRequest
+	4,  // 11: tapes.v1.ClusterControlService.KillProcess:input_type -> tapes.v1.KillProcessRequest
+	8,  // 12: tapes.v1.ClusterControlService.PauseProcess:input_type -> tapes.v1.PauseProcessRequest
+	5,  // 13: tapes.v1.ClusterControlService.ResumeProcess:input_type -> tapes.v1.ResumeProcessRequest
+	6,  // 14: tapes.v1.ClusterControlService.RestartProcess:input_type -> tapes.v1.RestartProcessRequest
+	7,  // 15: tapes.v1.ClusterControlService.StopProcess:input_type -> tapes.v1.StopProcessRequest
+	15, // 16: tapes.v1.ClusterControlService.StartProcess:input_type -> tapes.v1.StartProcessRequest
+	20, // 17: tapes.v1.ClusterControlService.StartBroker:input_type -> tapes.v1.StartBrokerRequest
+	16, // 18: tapes.v1.ClusterControlService.SetLinks:input_type -> tapes.v1.SetLinksRequest
+	18, // 19: tapes.v1.ClusterControlService.Heal:input_type -> tapes.v1.HealRequest
+	3,  // 20: tapes.v1.ClusterControlService.ClusterStatus:output_type -> tapes.v1.ClusterStatusResponse
+	9,  // 21: tapes.v1.ClusterControlService.KillProcess:output_type -> tapes.v1.KillProcessResponse
+	10, // 22: tapes.v1.ClusterControlService.PauseProcess:output_type -> tapes.v1.PauseProcessResponse
+	11, // 23: tapes.v1.ClusterControlService.ResumeProcess:output_type -> tapes.v1.ResumeProcessResponse
+	12, // 24: tapes.v1.ClusterControlService.RestartProcess:output_type -> tapes.v1.RestartProcessResponse
+	13, // 25: tapes.v1.ClusterControlService.StopProcess:output_type -> tapes.v1.StopProcessResponse
+	14, // 26: tapes.v1.ClusterControlService.StartProcess:output_type -> tapes.v1.StartProcessResponse
+	21, // 27: tapes.v1.ClusterControlService.StartBroker:output_type -> tapes.v1.StartBrokerResponse
+	17, // 28: tapes.v1.ClusterControlService.SetLinks:output_type -> tapes.v1.SetLinksResponse
+	19, // 29: tapes.v1.ClusterControlService.Heal:output_type -> tapes.v1.HealResponse
+	20, // [20:30] is the sub-list for method output_type
+	10, // [10:20] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_tapes_v1_cluster_proto_init() }
@@ -1164,7 +1262,7 @@ func file_tapes_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tapes_v1_cluster_proto_rawDesc), len(file_tapes_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

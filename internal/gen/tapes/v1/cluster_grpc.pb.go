@@ -32,6 +32,7 @@ const (
 	ClusterControlService_RestartProcess_FullMethodName = "/tapes.v1.ClusterControlService/RestartProcess"
 	ClusterControlService_StopProcess_FullMethodName    = "/tapes.v1.ClusterControlService/StopProcess"
 	ClusterControlService_StartProcess_FullMethodName   = "/tapes.v1.ClusterControlService/StartProcess"
+	ClusterControlService_StartBroker_FullMethodName    = "/tapes.v1.ClusterControlService/StartBroker"
 	ClusterControlService_SetLinks_FullMethodName       = "/tapes.v1.ClusterControlService/SetLinks"
 	ClusterControlService_Heal_FullMethodName           = "/tapes.v1.ClusterControlService/Heal"
 )
@@ -57,6 +58,11 @@ type ClusterControlServiceClient interface {
 	// StartProcess starts a producerd, consumerd or Kafka client supervised
 	// by the launcher, reaching every broker through links of its own.
 	StartProcess(ctx context.Context, in *StartProcessRequest, opts ...grpc.CallOption) (*StartProcessResponse, error)
+	// StartBroker starts one more broker in the running cluster (`cluster
+	// brokers add`): a fresh data directory DIR/broker-ID, loopback ports
+	// (gRPC and Kafka) and brokerd --join with the other brokers' addresses.
+	// A name already in use (that id's broker exists) is ALREADY_EXISTS.
+	StartBroker(ctx context.Context, in *StartBrokerRequest, opts ...grpc.CallOption) (*StartBrokerResponse, error)
 	// SetLinks changes links: each names an ordered pair (connections opened
 	// by `from` to broker `to`) and what it does to the bytes.
 	SetLinks(ctx context.Context, in *SetLinksRequest, opts ...grpc.CallOption) (*SetLinksResponse, error)
@@ -142,6 +148,16 @@ func (c *clusterControlServiceClient) StartProcess(ctx context.Context, in *Star
 	return out, nil
 }
 
+func (c *clusterControlServiceClient) StartBroker(ctx context.Context, in *StartBrokerRequest, opts ...grpc.CallOption) (*StartBrokerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartBrokerResponse)
+	err := c.cc.Invoke(ctx, ClusterControlService_StartBroker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *clusterControlServiceClient) SetLinks(ctx context.Context, in *SetLinksRequest, opts ...grpc.CallOption) (*SetLinksResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetLinksResponse)
@@ -183,6 +199,11 @@ type ClusterControlServiceServer interface {
 	// StartProcess starts a producerd, consumerd or Kafka client supervised
 	// by the launcher, reaching every broker through links of its own.
 	StartProcess(context.Context, *StartProcessRequest) (*StartProcessResponse, error)
+	// StartBroker starts one more broker in the running cluster (`cluster
+	// brokers add`): a fresh data directory DIR/broker-ID, loopback ports
+	// (gRPC and Kafka) and brokerd --join with the other brokers' addresses.
+	// A name already in use (that id's broker exists) is ALREADY_EXISTS.
+	StartBroker(context.Context, *StartBrokerRequest) (*StartBrokerResponse, error)
 	// SetLinks changes links: each names an ordered pair (connections opened
 	// by `from` to broker `to`) and what it does to the bytes.
 	SetLinks(context.Context, *SetLinksRequest) (*SetLinksResponse, error)
@@ -218,6 +239,9 @@ func (UnimplementedClusterControlServiceServer) StopProcess(context.Context, *St
 }
 func (UnimplementedClusterControlServiceServer) StartProcess(context.Context, *StartProcessRequest) (*StartProcessResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartProcess not implemented")
+}
+func (UnimplementedClusterControlServiceServer) StartBroker(context.Context, *StartBrokerRequest) (*StartBrokerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartBroker not implemented")
 }
 func (UnimplementedClusterControlServiceServer) SetLinks(context.Context, *SetLinksRequest) (*SetLinksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetLinks not implemented")
@@ -372,6 +396,24 @@ func _ClusterControlService_StartProcess_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterControlService_StartBroker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartBrokerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterControlServiceServer).StartBroker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterControlService_StartBroker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterControlServiceServer).StartBroker(ctx, req.(*StartBrokerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ClusterControlService_SetLinks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetLinksRequest)
 	if err := dec(in); err != nil {
@@ -442,6 +484,10 @@ var ClusterControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartProcess",
 			Handler:    _ClusterControlService_StartProcess_Handler,
+		},
+		{
+			MethodName: "StartBroker",
+			Handler:    _ClusterControlService_StartBroker_Handler,
 		},
 		{
 			MethodName: "SetLinks",
