@@ -83,7 +83,7 @@ func TestBenchKafkaPerf(t *testing.T) {
 		k := row("kafka-producer-perf-test", func(topic string) perfResult {
 			args := []string{"--topic", topic, "--num-records", fmt.Sprint(records), "--record-size", "100", "--throughput", "-1",
 				"--command-property", "acks=all", "enable.idempotence=true", "bootstrap.servers=" + kafkaBootstrap}
-			name, jargs := compat.JavaCmd("", compat.ProducerPerformance, args...)
+			name, jargs := compat.PerfToolCmd(compat.ProducerPerformance, args...)
 			return runPerfTool(t, "kafka-producer-perf-test "+strings.Join(args, " "), name, jargs...)
 		})
 		grpc, kafka = append(grpc, g), append(kafka, k)
@@ -136,7 +136,7 @@ func apacheKafkaRow(t *testing.T, dir string, args func(bootstrap string) []stri
 	machine := openMachine(p.brokers...)
 	start := time.Now()
 	a := args(strings.Join(p.bootstrap, ","))
-	name, jargs := compat.JavaCmd("", compat.ProducerPerformance, a...)
+	name, jargs := compat.PerfToolCmd(compat.ProducerPerformance, a...)
 	r := runPerfTool(t, "kafka-producer-perf-test "+strings.Join(a, " ")+"  (against Apache Kafka)", name, jargs...)
 	elapsed := time.Since(start).Seconds()
 	var cpus []string

@@ -46,17 +46,42 @@ type kafkaPartitionResult struct {
 	records int // in the batch, for the produce metrics
 }
 
-// kafkaProduce answers Produce. Called on the connection's request
-// goroutine: it validates every partition's batch and proposes it to its
-// partition's Raft group there, in request order (so a pipelining
-// producer's batches enter each log in the order it sent them), then waits
-// for the acks in a Later, every partition's wait on its own goroutine. A
-// Produce with acks=0 gets no answer; as Kafka does, one that a partition
-// refused closes the connection instead, so that the client, which reads
-// no answer, refreshes its metadata and reconnects (a producer sending to a
-// broker that no longer leads would otherwise go on losing every batch).
-// Each partition counts in the broker's produce metrics as a gRPC Produce.
+// kafkaProduce answers Produce. On the connection's request goroutine it
+// validates every partition's batch and takes the partition's turn on the
+// connection (kafkaTurns); then each partition's batch is proposed to its
+// Raft group on a goroutine of its own once the connection's previous
+// batch to that partition has been proposed, so a pipelining producer's
+// batches enter each log in the order it sent them, while the request
+// goroutine goes on to the next request and the partitions of a request
+// are proposed side by side. (Proposing on the request goroutine, as
+// before, held a connection to one Raft hand-over at a time: Propose
+// blocks until the group's leader loop takes the entry, which it does
+// between log writes; Kafka's producer sends a broker's partitions over
+// one connection, gRPC one call per batch; ARCHITECTURE.md "Where the time
+// goes".) The acks are awaited in a Later. A Produce with acks=0 gets no
+// answer; as Kafka does, one that a partition refused closes the
+// connection instead, so that the client, which reads no answer,
+// refreshes its metadata and reconnects (a producer sending to a broker
+// that no longer leads would otherwise go on losing every batch). Each
+// partition counts in the broker's produce metrics as a gRPC Produce.
 func (b *Broker) kafkaProduce(ctx context.Context, r *kafkawire.Request) kafkawire.Reply {
+	a := &api{b: b}
+	prepare := func(req *kmsg.ProduceRequest, topic string, p kmsg.ProduceRequestTopicPartition) (kafkaProposal, int, error) {
+		return b.kafkaPreparePartition(a, req, topic, p)
+	}
+	return produceKafka(ctx, r, prepare, b.observeKafkaProduce, b.kafkaEndpoints)
+}
+
+// kafkaProposal proposes a validated batch to its partition (Propose).
+type kafkaProposal func(ctx context.Context) (replication.ProduceWait, error)
+
+// produceKafka is kafkaProduce with its parts given: prepare validates one
+// partition's batch (on the request goroutine), observe counts the
+// answered partitions, endpoints names leaders (kafkaProduceResponse).
+func produceKafka(ctx context.Context, r *kafkawire.Request,
+	prepare func(req *kmsg.ProduceRequest, topic string, p kmsg.ProduceRequestTopicPartition) (kafkaProposal, int, error),
+	observe func(acks int16, start time.Time, results [][]kafkaPartitionResult),
+	endpoints func(ids map[int32]bool) []kmsg.ProduceResponseBroker) kafkawire.Reply {
 	req := r.Msg.(*kmsg.ProduceRequest)
 	start := time.Now()
 	timeout := defaultProduceTimeout
@@ -64,36 +89,123 @@ func (b *Broker) kafkaProduce(ctx context.Context, r *kafkawire.Request) kafkawi
 		timeout = time.Duration(req.TimeoutMillis) * time.Millisecond
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
-	a := &api{b: b}
+	turns := r.Conn.Local(kafkaTurnsKey{}, func() any { return &kafkaTurns{last: map[kafkaTP]chan struct{}{}} }).(*kafkaTurns)
 	results := make([][]kafkaPartitionResult, len(req.Topics))
-	waits := make([][]replication.ProduceWait, len(req.Topics))
+	var wg sync.WaitGroup
 	for i, t := range req.Topics {
 		results[i] = make([]kafkaPartitionResult, len(t.Partitions))
-		waits[i] = make([]replication.ProduceWait, len(t.Partitions))
 		for j, p := range t.Partitions {
-			waits[i][j], results[i][j].records, results[i][j].err = b.kafkaProposePartition(pctx, a, req, t.Topic, p)
+			propose, records, err := prepare(req, t.Topic, p)
+			if err != nil {
+				results[i][j] = kafkaPartitionResult{err: err}
+				continue
+			}
+			tp := kafkaTP{t.Topic, p.Partition}
+			prev, mine := turns.take(tp)
+			wg.Go(func() {
+				results[i][j] = proposeInTurn(pctx, turns, tp, prev, mine, propose)
+				results[i][j].records = records
+			})
 		}
+	}
+	finish := func() {
+		wg.Wait()
+		cancel()
+		observe(req.Acks, start, results)
 	}
 	if req.Acks == 0 {
-		waitAll(pctx, waits, results) // acks=0: each returns at once
-		cancel()
-		b.observeKafkaProduce(req.Acks, start, results)
-		for _, rs := range results {
-			for _, pr := range rs {
-				if pr.err != nil {
-					return kafkawire.Close(pr.err)
+		return kafkawire.Later(func() kafkawire.Reply {
+			finish() // acks=0: each wait returns at once
+			for _, rs := range results {
+				for _, pr := range rs {
+					if pr.err != nil {
+						return kafkawire.Close(pr.err)
+					}
 				}
 			}
-		}
-		return kafkawire.NoResponse()
+			return kafkawire.NoResponse()
+		})
 	}
 	return kafkawire.Later(func() kafkawire.Reply {
-		defer cancel()
-		waitAll(pctx, waits, results)
-		b.observeKafkaProduce(req.Acks, start, results)
-		return kafkawire.Respond(kafkaProduceResponse(req, results, b.kafkaEndpoints))
+		finish()
+		return kafkawire.Respond(kafkaProduceResponse(req, results, endpoints))
 	})
 }
+
+// proposeInTurn waits for the connection's previous proposal to tp (prev),
+// proposes, hands the turn on (mine) and waits for the outcome. A panic
+// in Propose or its wait is this partition's UNKNOWN_SERVER_ERROR (the
+// goroutine is not the handler's, whose panics the server catches).
+func proposeInTurn(ctx context.Context, turns *kafkaTurns, tp kafkaTP, prev <-chan struct{}, mine chan struct{}, propose kafkaProposal) (pr kafkaPartitionResult) {
+	handed := false
+	defer func() {
+		if !handed {
+			turns.done(tp, mine)
+		}
+		if p := recover(); p != nil {
+			pr = kafkaPartitionResult{err: kerr.New(kerr.UnknownServerError, "produce to %s-%d panicked: %v", tp.topic, tp.partition, p)}
+		}
+	}()
+	<-prev // bounded: Propose returns within its ctx's deadline
+	if err := ctx.Err(); err != nil {
+		return kafkaPartitionResult{err: kerr.New(kerr.RequestTimedOut, "produce to %s-%d: the connection's previous batch to it took the request's time: %v", tp.topic, tp.partition, err)}
+	}
+	wait, err := propose(ctx)
+	turns.done(tp, mine)
+	handed = true
+	if err != nil {
+		return kafkaPartitionResult{err: err}
+	}
+	res, err := wait(ctx)
+	return kafkaPartitionResult{res: res, err: err}
+}
+
+// kafkaTP names a partition.
+type kafkaTP struct {
+	topic     string
+	partition int32
+}
+
+// kafkaTurnsKey is the kafkawire.ConnInfo.Local key of a connection's
+// kafkaTurns.
+type kafkaTurnsKey struct{}
+
+// kafkaTurns orders one connection's proposals per partition: each batch
+// takes a turn (on the request goroutine, in request order) and is
+// proposed once the batch before it on the connection, to the same
+// partition, has been.
+type kafkaTurns struct {
+	mu   sync.Mutex
+	last map[kafkaTP]chan struct{} // the latest turn's channel, closed when its batch is proposed
+}
+
+// take returns the previous turn's channel (closed when none is pending)
+// and this turn's, to close with done.
+func (q *kafkaTurns) take(tp kafkaTP) (prev <-chan struct{}, mine chan struct{}) {
+	mine = make(chan struct{})
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	prev = q.last[tp]
+	if prev == nil {
+		prev = closedTurn
+	}
+	q.last[tp] = mine
+	return prev, mine
+}
+
+// done ends a turn: the next batch to tp may be proposed; the partition is
+// forgotten when no later turn was taken.
+func (q *kafkaTurns) done(tp kafkaTP, mine chan struct{}) {
+	close(mine)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.last[tp] == mine {
+		delete(q.last, tp)
+	}
+}
+
+// closedTurn is the previous turn of a partition with none pending.
+var closedTurn = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // observeKafkaProduce counts each partition of an answered Produce.
 func (b *Broker) observeKafkaProduce(acks int16, start time.Time, results [][]kafkaPartitionResult) {
@@ -104,10 +216,9 @@ func (b *Broker) observeKafkaProduce(acks int16, start time.Time, results [][]ka
 	}
 }
 
-// kafkaProposePartition validates one partition's batch and proposes it,
-// returning the wait for its outcome and the batch's record count, or the
-// error that refused it.
-func (b *Broker) kafkaProposePartition(ctx context.Context, a *api, req *kmsg.ProduceRequest, topic string, p kmsg.ProduceRequestTopicPartition) (replication.ProduceWait, int, error) {
+// kafkaPreparePartition validates one partition's batch and returns its
+// proposal and record count, or the error that refused it.
+func (b *Broker) kafkaPreparePartition(a *api, req *kmsg.ProduceRequest, topic string, p kmsg.ProduceRequestTopicPartition) (kafkaProposal, int, error) {
 	r, err := a.leaderReplica(topic, p.Partition)
 	if err != nil {
 		return nil, 0, err
@@ -129,26 +240,8 @@ func (b *Broker) kafkaProposePartition(ctx context.Context, a *api, req *kmsg.Pr
 	if err != nil {
 		return nil, 0, kerr.New(kerr.CorruptMessage, "%v", err)
 	}
-	wait, err := r.Propose(ctx, int(req.Acks), batch)
-	return wait, int(info.Records), err
-}
-
-// waitAll runs the waits of the proposed partitions concurrently and puts
-// their outcomes into results.
-func waitAll(ctx context.Context, waits [][]replication.ProduceWait, results [][]kafkaPartitionResult) {
-	var wg sync.WaitGroup
-	for i := range waits {
-		for j, wait := range waits[i] {
-			if wait == nil {
-				continue
-			}
-			wg.Go(func() {
-				res, err := wait(ctx)
-				results[i][j] = kafkaPartitionResult{res: res, err: err}
-			})
-		}
-	}
-	wg.Wait()
+	acks := int(req.Acks)
+	return func(ctx context.Context) (replication.ProduceWait, error) { return r.Propose(ctx, acks, batch) }, int(info.Records), nil
 }
 
 // kafkaProduceResponse builds the answer from each partition's outcome, as

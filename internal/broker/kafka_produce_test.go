@@ -1,11 +1,20 @@
 package broker
 
 import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	fkerr "github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tapes-dev/tapes/internal/kafkawire"
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/replication"
 )
@@ -91,6 +100,111 @@ func TestKafkaProduceResponseMapping(t *testing.T) {
 		}
 		if cl := again.Topics[0].Partitions[2].CurrentLeader; cl.LeaderID != wantLeader && !(version < 10 && cl.LeaderID == 0) {
 			t.Fatalf("v%d decoded current leader %+v", version, cl)
+		}
+	}
+}
+
+// TestKafkaProduceProposesPartitionsSideBySideInTurn: while the first
+// request's batch to t-0 is being proposed (its Propose blocked, as when
+// the Raft group's leader loop is busy writing), the same request's batch
+// to t-1 is proposed, and the connection's next request is read; that
+// request's batch to t-0 waits for the first one's to be proposed. The
+// answers come back in request order.
+func TestKafkaProduceProposesPartitionsSideBySideInTurn(t *testing.T) {
+	const within = 30 * time.Second // generous: a loaded machine; the waits are for causes
+	proposing := make(chan string, 8)
+	release := make(chan struct{})
+	var firstDone atomic.Bool
+	var outOfTurn atomic.Bool
+	prepare := func(req *kmsg.ProduceRequest, topic string, p kmsg.ProduceRequestTopicPartition) (kafkaProposal, int, error) {
+		name := fmt.Sprintf("%s-%d %s", topic, p.Partition, p.Records) // Records: the request's tag
+		return func(ctx context.Context) (replication.ProduceWait, error) {
+			proposing <- name
+			switch name {
+			case "t-0 first":
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				firstDone.Store(true)
+			case "t-0 second":
+				if !firstDone.Load() {
+					outOfTurn.Store(true)
+				}
+			}
+			return func(context.Context) (replication.ProduceResult, error) {
+				return replication.ProduceResult{BaseOffset: 1}, nil
+			}, nil
+		}, 1, nil
+	}
+	srv := kafkawire.NewServer(kafkawire.Config{Logf: t.Logf})
+	srv.Register(kmsg.Produce.Int16(), kafkaProduceMin, kafkaProduceMax, func(ctx context.Context, r *kafkawire.Request) kafkawire.Reply {
+		return produceKafka(ctx, r, prepare, func(int16, time.Time, [][]kafkaPartitionResult) {}, func(map[int32]bool) []kmsg.ProduceResponseBroker { return nil })
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	request := func(tag string, partitions ...int32) *kmsg.ProduceRequest {
+		req := kmsg.NewPtrProduceRequest()
+		req.Version, req.Acks, req.TimeoutMillis = 9, -1, 60_000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "t"
+		for _, p := range partitions {
+			rp := kmsg.NewProduceRequestTopicPartition()
+			rp.Partition, rp.Records = p, []byte(tag)
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = []kmsg.ProduceRequestTopic{rt}
+		return req
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(within))
+	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("test"))
+	out := append(f.AppendRequest(nil, request("first", 0, 1), 1), f.AppendRequest(nil, request("second", 0), 2)...)
+	if _, err := c.Write(out); err != nil { // pipelined, as a producer with 5 in flight
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	timeout := time.After(within)
+	for !seen["t-1 first"] || !seen["t-0 first"] {
+		select {
+		case n := <-proposing:
+			seen[n] = true
+		case <-timeout:
+			t.Fatalf("proposed %v with t-0's first batch held: want t-1's batch of the same request proposed beside it", seen)
+		}
+	}
+	close(release)
+	select {
+	case n := <-proposing:
+		if n != "t-0 second" {
+			t.Fatalf("then proposed %q, want t-0 second", n)
+		}
+	case <-timeout:
+		t.Fatal("the second request's batch to t-0 was never proposed")
+	}
+	if outOfTurn.Load() {
+		t.Fatal("the second request's batch to t-0 was proposed before the first one's Propose returned")
+	}
+	br := bufio.NewReader(c)
+	for _, want := range []int32{1, 2} {
+		var size [4]byte
+		if _, err := io.ReadFull(br, size[:]); err != nil {
+			t.Fatal(err)
+		}
+		body := make([]byte, binary.BigEndian.Uint32(size[:]))
+		if _, err := io.ReadFull(br, body); err != nil {
+			t.Fatal(err)
+		}
+		if corr := int32(binary.BigEndian.Uint32(body)); corr != want {
+			t.Fatalf("answer with correlation id %d, want %d (request order)", corr, want)
 		}
 	}
 }

@@ -50,6 +50,27 @@ type ConnInfo struct {
 	LocalAddr  net.Addr
 
 	software atomic.Pointer[[2]string] // KIP-511 name and version, set by ApiVersions v3+
+
+	localMu sync.Mutex
+	local   map[any]any // Local's values
+}
+
+// Local returns the connection's value for key, made by mk on the first
+// call for key: state a handler keeps per connection (the broker's
+// Produce keeps each partition's last proposal there), forgotten with the
+// connection. Safe from any goroutine; mk runs at most once per key.
+func (c *ConnInfo) Local(key any, mk func() any) any {
+	c.localMu.Lock()
+	defer c.localMu.Unlock()
+	v, ok := c.local[key]
+	if !ok {
+		if c.local == nil {
+			c.local = map[any]any{}
+		}
+		v = mk()
+		c.local[key] = v
+	}
+	return v
 }
 
 // ClientSoftware returns the client software name and version the client
