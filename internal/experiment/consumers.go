@@ -111,6 +111,9 @@ func (e *Env) waitExit(ctx context.Context, name string, d time.Duration) error 
 		}
 		if st.State == "exited" {
 			e.Printf("%s exited: %s", name, st.LastExit)
+			e.mu.Lock()
+			e.exits[name] = st.LastExit
+			e.mu.Unlock()
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -45,6 +45,18 @@ type Env struct {
 	mu       sync.Mutex
 	settings map[string]string
 	topics   []string
+	// exits: how each process waitExit saw exit ended ("exit status 1").
+	exits map[string]string
+	// hungLSOAfter is the checker's Input.HungLSOAfter (0: its default).
+	hungLSOAfter time.Duration
+}
+
+// exitOf is how process name ended when waitExit saw it exit ("" if it
+// did not).
+func (e *Env) exitOf(name string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.exits[name]
 }
 
 // Binaries are the programs an experiment starts.

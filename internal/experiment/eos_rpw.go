@@ -126,13 +126,11 @@ func eosPipeline(ctx context.Context, e *Env, sms bool) error {
 		return err
 	}
 	defer h.Close()
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	for _, level := range []string{check.ReadCommitted, check.ReadUncommitted} {
-		ids, err := check.ReadTopicTxn(rctx, e.Client, eosOutput, level, "reader-"+level, h)
-		if err != nil {
-			return err
-		}
+	read, err := e.readBack(ctx, eosOutput, h)
+	if err != nil {
+		return err
+	}
+	for level, ids := range read {
 		e.Set(eosOutput+" records read "+level, strconv.Itoa(len(ids)))
 	}
 	return nil

@@ -155,7 +155,7 @@ func Run(ctx context.Context, x *Experiment, o Options) (*Outcome, error) {
 	}
 	defer cl.Close()
 	e := &Env{Out: o.Out, C: c, Client: cl, Rand: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15)), Duration: o.Duration,
-		out: o.Stdout, events: events, bins: o.Bins, network: network, settings: map[string]string{"seed": strconv.FormatUint(o.Seed, 10), "duration": o.Duration.String()}}
+		out: o.Stdout, events: events, bins: o.Bins, network: network, exits: map[string]string{}, settings: map[string]string{"seed": strconv.FormatUint(o.Seed, 10), "duration": o.Duration.String()}}
 	e.Printf("%s: cluster of 3 brokers in %s (seed %d)", x.Name, c.Dir(), o.Seed)
 	if network != nil {
 		e.Set("hosts", fmt.Sprintf("network namespaces on %s; faults between brokers drop packets (nftables)", network.Subnet))
@@ -173,7 +173,9 @@ func Run(ctx context.Context, x *Experiment, o Options) (*Outcome, error) {
 	}
 
 	e.Printf("reading every partition back and checking the histories ...")
-	in := check.Input{Expect: x.Expect}
+	e.mu.Lock()
+	in := check.Input{Expect: x.Expect, HungLSOAfter: e.hungLSOAfter}
+	e.mu.Unlock()
 	in.ProducerHistories, _ = filepath.Glob(filepath.Join(o.Out, "producer-*.jsonl"))
 	in.ConsumerHistories, _ = filepath.Glob(filepath.Join(o.Out, "consumer-*.jsonl"))
 	in.TxnHistories, _ = filepath.Glob(filepath.Join(o.Out, "txn-*.jsonl"))
