@@ -60,6 +60,10 @@ proto-check:
 	  $(BUF) lint && $(BUF) generate -o $$tmp && \
 	  diff -r internal/gen $$tmp/internal/gen && echo "proto: generated code matches proto/"
 
+# The environment reaches the benchmarks as is: e.g. make bench
+# TAPES_BENCH_JETSTREAM=/tmp/jsbench (a jsbench binary) adds NATS JetStream's
+# rows and the ratios to TestBenchProducerPerf; TAPES_BENCH_KAFKA_PEER=DIR an
+# Apache Kafka row to TestBenchKafkaPerf.
 bench: build
 	TAPES_BENCH=1 $(GOTEST) -run '^TestBench' -v -timeout 60m ./internal/bench/
 	TAPES_STARTUP_ITERATIONS=20 $(GOTEST) -run '^TestStartupScriptNeverRaces$$' -v -timeout 30m ./internal/systest/

@@ -11,7 +11,9 @@
 // (TestBenchScaleProduce), the start, idle CPU, RSS, goroutines and open
 // files, and a leader's SIGKILL at 100 and 1,000 partitions
 // (TestBenchScalePartitions); and the grid that chose producerd's batching
-// defaults (TestBenchProducerDefaults). Under every observed row it prints
+// defaults (TestBenchProducerDefaults); with TAPES_BENCH_JETSTREAM (a
+// jsbench binary), NATS JetStream R3's async publish after
+// TestBenchProducerPerf's rows, tapes' cluster stopped. Under every observed row it prints
 // the machine's load (load average, other processes' CPU). It starts with the disk's
 // fsync rate; under each produce row it prints every broker's fsyncs/s (its
 // tapes_fsyncs_total), CPU and the top functions of a CPU profile taken

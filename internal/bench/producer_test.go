@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -93,7 +94,15 @@ func runPerfTool(t *testing.T, command, name string, args ...string) perfResult 
 // 262144), TAPES_BENCH_SECONDS (the throttled run's length, default 10).
 // Under each row: every broker's fsyncs/s and CPU over the row, and the top
 // functions of a CPU profile of its first TAPES_BENCH_PROFILE_SECONDS
-// (default 5).
+// (default 5). Last, `producerd perf --acks all --idempotent` with
+// producerd's default batching flags (the figure issue 12's goals compare).
+// With TAPES_BENCH_JETSTREAM=PATH (a jsbench binary built from
+// ../shared/peers/jetstream: `go build -o /tmp/jsbench .` there), tapes'
+// cluster is then stopped (every broker has exited when e.C.Close returns)
+// and NATS JetStream R3 runs after it, alone on the cores: its async
+// publish with default durability and with sync_interval: always, and the
+// ratios tapes/JetStream against the goals (jetStreamRows). Skipped, with
+// the reason, when TAPES_BENCH_JETSTREAM is unset.
 func TestBenchProducerPerf(t *testing.T) {
 	needBench(t)
 	e := testcluster.Start(t, binDir, 3, append(slices.Clone(observeArgs), brokerArgs()...)...)
@@ -112,19 +121,25 @@ func TestBenchProducerPerf(t *testing.T) {
 		{"1", []string{"--acks", "1"}},
 		{"all, idempotent", []string{"--acks", "all", "--idempotent"}},
 	}
-	fmt.Printf("\nproducerd perf: 100-byte records, 6 partitions (RF 3, min.insync.replicas=2), linger 5ms, max.in.flight 5, producer on the same machine\n")
-	fmt.Printf("%-8s %-24s %12s %8s %9s %9s %9s %9s %9s %9s\n", "batch", "acks", "records/s", "MB/s", "avg ms", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms")
+	fmt.Printf("\nproducerd perf: 100-byte records, 6 partitions (RF 3, min.insync.replicas=2), linger 5ms, max.in.flight 5 (batch \"defaults\": producerd's own flags, 262144 bytes, 5 ms, 1 in flight), producer on the same machine\n")
+	fmt.Printf("%-11s %-24s %12s %8s %9s %9s %9s %9s %9s %9s\n", "batch", "acks", "records/s", "MB/s", "avg ms", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms")
 	var commands []string
 	topicN := 0
+	// run runs one row; batchBytes 0 is producerd's default batching flags.
 	run := func(batchBytes int, name string, n int, flags ...string) perfResult {
 		topicN++
 		topic := fmt.Sprintf("perf-%d", topicN)
 		e.CreateTopic(topic, 6, 3, map[string]string{"min.insync.replicas": "2"})
-		args := append([]string{"--topic", topic, "--num-records", fmt.Sprint(n), "--record-size", "100",
-			"--batch-bytes", fmt.Sprint(batchBytes), "--linger", "5", "--max-in-flight", "5", "--reporting-interval", "5s"}, flags...)
+		args := []string{"--topic", topic, "--num-records", fmt.Sprint(n), "--record-size", "100", "--reporting-interval", "5s"}
+		batch := "defaults"
+		if batchBytes > 0 {
+			args = append(args, "--batch-bytes", fmt.Sprint(batchBytes), "--linger", "5", "--max-in-flight", "5")
+			batch = fmt.Sprint(batchBytes)
+		}
+		args = append(args, flags...)
 		o := observe(t, e, profile)
 		r := runPerf(t, e, args...)
-		fmt.Printf("%-8d %-24s %12.0f %8.2f %9.1f %9d %9d %9d %9d %9.0f\n", batchBytes, name, r.recsPerSec, r.mbPerSec, r.avgMs, r.p50, r.p95, r.p99, r.p999, r.maxMs)
+		fmt.Printf("%-11s %-24s %12.0f %8.2f %9.1f %9d %9d %9d %9d %9.0f\n", batch, name, r.recsPerSec, r.mbPerSec, r.avgMs, r.p50, r.p95, r.p99, r.p999, r.maxMs)
 		o.print()
 		commands = append(commands, r.command)
 		waitCaughtUp(t, e, topic, 6)
@@ -146,10 +161,28 @@ func TestBenchProducerPerf(t *testing.T) {
 		half := int(allRate / 2)
 		run(bb, fmt.Sprintf("all, idem., at %d/s", half), half*seconds, "--throughput", fmt.Sprint(half), "--acks", "all", "--idempotent")
 	}
+	// producerd's defaults (--batch-bytes 262144, --linger 5, --max-in-flight 1).
+	tapes := run(0, "all, idempotent", records, "--throughput", "-1", "--acks", "all", "--idempotent")
 	fmt.Println("commands (the bootstrap addresses are the fresh cluster's):")
 	for _, c := range commands {
 		fmt.Println("  " + c)
 	}
+	bin := os.Getenv("TAPES_BENCH_JETSTREAM")
+	if bin == "" {
+		fmt.Println("NATS JetStream R3 (async publish): skipped: set TAPES_BENCH_JETSTREAM to a jsbench binary (cd ../shared/peers/jetstream && go build -o /tmp/jsbench .)")
+		return
+	}
+	var pids []int
+	for _, b := range e.Brokers() {
+		pids = append(pids, b.PID)
+	}
+	if err := e.C.Close(); err != nil {
+		t.Fatalf("stop tapes' cluster before JetStream: %v", err)
+	}
+	fmt.Printf("stopped tapes' cluster (brokers %v exited); NATS JetStream R3 alone on the machine, beside the last tapes row:\n", pids)
+	fmt.Printf("%-36s %12s %8s\n", "", "records/s", "MB/s")
+	fmt.Printf("%-36s %12.0f %8.2f\n", "tapes all, idempotent, defaults", tapes.recsPerSec, tapes.mbPerSec)
+	jetStreamRows(t, bin, tapes)
 }
 
 // waitCaughtUp waits until every replica of topic has applied its leader's
