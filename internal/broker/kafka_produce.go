@@ -89,6 +89,13 @@ func produceKafka(ctx context.Context, r *kafkawire.Request,
 		timeout = time.Duration(req.TimeoutMillis) * time.Millisecond
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
+	// A batch read from the connection is proposed even when the client
+	// closes the connection right after sending it (kcat -X acks=0 does:
+	// Kafka appends what it has read). The proposal runs on its own
+	// goroutine, which may start after the reader has seen the close, so
+	// it must not inherit the connection's cancellation, only the deadline;
+	// waiting for the outcome still ends with the connection.
+	propCtx, propCancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	turns := r.Conn.Local(kafkaTurnsKey{}, func() any { return &kafkaTurns{last: map[kafkaTP]chan struct{}{}} }).(*kafkaTurns)
 	results := make([][]kafkaPartitionResult, len(req.Topics))
 	var wg sync.WaitGroup
@@ -103,7 +110,7 @@ func produceKafka(ctx context.Context, r *kafkawire.Request,
 			tp := kafkaTP{t.Topic, p.Partition}
 			prev, mine := turns.take(tp)
 			wg.Go(func() {
-				results[i][j] = proposeInTurn(pctx, turns, tp, prev, mine, propose)
+				results[i][j] = proposeInTurn(propCtx, pctx, turns, tp, prev, mine, propose)
 				results[i][j].records = records
 			})
 		}
@@ -111,6 +118,7 @@ func produceKafka(ctx context.Context, r *kafkawire.Request,
 	finish := func() {
 		wg.Wait()
 		cancel()
+		propCancel()
 		observe(req.Acks, start, results)
 	}
 	if req.Acks == 0 {
@@ -133,10 +141,12 @@ func produceKafka(ctx context.Context, r *kafkawire.Request,
 }
 
 // proposeInTurn waits for the connection's previous proposal to tp (prev),
-// proposes, hands the turn on (mine) and waits for the outcome. A panic
+// proposes (bounded by ctx, which a closed connection does not cancel),
+// hands the turn on (mine) and waits for the outcome (bounded by waitCtx,
+// done with the connection). A panic
 // in Propose or its wait is this partition's UNKNOWN_SERVER_ERROR (the
 // goroutine is not the handler's, whose panics the server catches).
-func proposeInTurn(ctx context.Context, turns *kafkaTurns, tp kafkaTP, prev <-chan struct{}, mine chan struct{}, propose kafkaProposal) (pr kafkaPartitionResult) {
+func proposeInTurn(ctx, waitCtx context.Context, turns *kafkaTurns, tp kafkaTP, prev <-chan struct{}, mine chan struct{}, propose kafkaProposal) (pr kafkaPartitionResult) {
 	handed := false
 	defer func() {
 		if !handed {
@@ -156,7 +166,7 @@ func proposeInTurn(ctx context.Context, turns *kafkaTurns, tp kafkaTP, prev <-ch
 	if err != nil {
 		return kafkaPartitionResult{err: err}
 	}
-	res, err := wait(ctx)
+	res, err := wait(waitCtx)
 	return kafkaPartitionResult{res: res, err: err}
 }
 
