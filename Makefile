@@ -21,7 +21,9 @@ BINARIES  := brokerd cluster producerd consumerd chaos
 GOTEST    ?= go test
 # -count=1: the end-to-end tests build brokerd & co. themselves, which Go's
 # test cache cannot see; a cached pass could hide a change to them.
-TESTFLAGS ?= -race -count=1 -timeout 14m
+# -timeout catches a hung test; internal/systest alone takes 11-14 minutes
+# on a loaded 2-core machine (14m was too close: a contaminated run hit it).
+TESTFLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: all build cluster cluster-netns test check proto proto-check lint-proto bench compat chaos clean
 
