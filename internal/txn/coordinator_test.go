@@ -299,23 +299,30 @@ func TestCommitAndAbort(t *testing.T) {
 	})
 }
 
+// preparedCommit returns a coordinator whose id "t" committed a
+// transaction on orders0 whose markers mk holds (state PrepareCommit).
+func preparedCommit(t *testing.T) (*env, *fakeMarkers, int64, int16) {
+	t.Helper()
+	mk := &fakeMarkers{hold: make(chan struct{})}
+	e := newEnv(t, &memLog{term: 1}, mk)
+	pid, epoch := e.mustInit("t")
+	e.add("t", pid, epoch, orders0)
+	e.end("t", pid, epoch, true)
+	synctest.Wait()
+	if d := e.state("t"); d.State != PrepareCommit {
+		t.Fatalf("markers held: %+v", d)
+	}
+	return e, mk, pid, epoch
+}
+
 // TestConcurrentTransactions: while a commit's markers are being written,
 // the same commit again, AddPartitionsToTxn and InitProducerId are
 // CONCURRENT_TRANSACTIONS, an abort INVALID_TXN_STATE; once the markers
 // are written the transaction completes and the next call goes through.
 func TestConcurrentTransactions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		log := &memLog{term: 1}
-		mk := &fakeMarkers{hold: make(chan struct{})}
-		e := newEnv(t, log, mk)
+		e, mk, pid, epoch := preparedCommit(t)
 		ctx := context.Background()
-		pid, epoch := e.mustInit("t")
-		e.add("t", pid, epoch, orders0)
-		e.end("t", pid, epoch, true)
-		synctest.Wait()
-		if d := e.state("t"); d.State != PrepareCommit {
-			t.Fatalf("markers held: %+v", d)
-		}
 		wantErr(t, "commit again", e.c.EndTxn(ctx, "t", pid, epoch, true), kerr.ConcurrentTransactions)
 		wantErr(t, "abort", e.c.EndTxn(ctx, "t", pid, epoch, false), kerr.InvalidTxnState)
 		wantErr(t, "add partitions", e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders1}), kerr.ConcurrentTransactions)
@@ -637,17 +644,8 @@ func TestRecoveringProducerIsBumpedAfterItsAbort(t *testing.T) {
 // concurrentHold, counted by ConcurrentAnswers.
 func TestHoldConcurrent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		log := &memLog{term: 1}
-		mk := &fakeMarkers{hold: make(chan struct{})}
-		e := newEnv(t, log, mk)
+		e, mk, pid, epoch := preparedCommit(t)
 		ctx := context.Background()
-		pid, epoch := e.mustInit("t")
-		e.add("t", pid, epoch, orders0)
-		e.end("t", pid, epoch, true)
-		synctest.Wait()
-		if d := e.state("t"); d.State != PrepareCommit {
-			t.Fatalf("markers held: %+v", d)
-		}
 		errc := make(chan error, 1)
 		start := time.Now()
 		go func() { errc <- e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders1}) }()
