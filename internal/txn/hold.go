@@ -77,6 +77,9 @@ const (
 	KindAddPartitions  = "AddPartitionsToTxn"
 )
 
+// Kinds lists the request kinds counted by ConcurrentAnswers.
+func Kinds() []string { return []string{KindInitProducerID, KindAddPartitions} }
+
 // concurrentAnswers counts CONCURRENT_TRANSACTIONS answers by request kind.
 type concurrentAnswers struct {
 	mu sync.Mutex
