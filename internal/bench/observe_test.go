@@ -131,6 +131,16 @@ func fetch(url string) ([]byte, error) {
 // scrapeFsyncs reads tapes_fsyncs_total by kind from a broker's /metrics.
 func scrapeFsyncs(t *testing.T, url string) map[string]float64 {
 	t.Helper()
+	out := scrapeCounter(t, url, "tapes_fsyncs_total", "kind")
+	if len(out) == 0 {
+		t.Fatalf("scrape %s: no tapes_fsyncs_total", url)
+	}
+	return out
+}
+
+// scrapeCounter reads metric, by its one label, from a broker's /metrics.
+func scrapeCounter(t *testing.T, url, metric, label string) map[string]float64 {
+	t.Helper()
 	b, err := fetch(url)
 	if err != nil {
 		t.Fatalf("scrape %s: %v", url, err)
@@ -139,7 +149,7 @@ func scrapeFsyncs(t *testing.T, url string) map[string]float64 {
 	sc := bufio.NewScanner(strings.NewReader(string(b)))
 	for sc.Scan() {
 		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, `tapes_fsyncs_total{kind="`)
+		rest, ok := strings.CutPrefix(line, metric+"{"+label+`="`)
 		if !ok {
 			continue
 		}
@@ -152,9 +162,6 @@ func scrapeFsyncs(t *testing.T, url string) map[string]float64 {
 			t.Fatalf("scrape %s: bad line %q", url, line)
 		}
 		out[kind] = v
-	}
-	if len(out) == 0 {
-		t.Fatalf("scrape %s: no tapes_fsyncs_total", url)
 	}
 	return out
 }

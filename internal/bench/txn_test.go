@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tapes-dev/tapes/internal/testcluster"
+	"github.com/tapes-dev/tapes/internal/txn"
 )
 
 // TestBenchTransactions prints what transactions cost, through the Kafka
@@ -56,6 +57,7 @@ func TestBenchTransactions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		concurrent0 := scrapeConcurrent(t, e)
 		o := observe(t, e, min(d, 5*time.Second))
 		var commits []time.Duration
 		records := 0
@@ -101,6 +103,12 @@ func TestBenchTransactions(t *testing.T) {
 			p50, p99 = ms(quantile(commits, 0.50)), ms(quantile(commits, 0.99))
 		}
 		fmt.Printf("%-44s %12.0f %8.2f %14s %14s\n", name, float64(records)/elapsed, float64(records)*100/elapsed/1e6, p50, p99)
+		if len(commits) > 0 {
+			concurrent1 := scrapeConcurrent(t, e)
+			for _, k := range txn.Kinds() {
+				fmt.Printf("  CONCURRENT_TRANSACTIONS answers to %s per transaction: %.3f\n", k, (concurrent1[k]-concurrent0[k])/float64(len(commits)))
+			}
+		}
 		o.print()
 	}
 
@@ -190,3 +198,16 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
+
+// scrapeConcurrent sums tapes_txn_concurrent_transactions_total by request
+// over e's brokers.
+func scrapeConcurrent(t *testing.T, e *testcluster.Env) map[string]float64 {
+	t.Helper()
+	sum := map[string]float64{}
+	for _, b := range e.Brokers() {
+		for k, v := range scrapeCounter(t, e.ServedURL(b.Name, "metrics"), "tapes_txn_concurrent_transactions_total", "request") {
+			sum[k] += v
+		}
+	}
+	return sum
+}

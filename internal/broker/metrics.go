@@ -11,6 +11,7 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/kerr"
 	"github.com/tapes-dev/tapes/internal/storage"
+	"github.com/tapes-dev/tapes/internal/txn"
 )
 
 // metrics are the broker's Prometheus metrics. Request counters are updated
@@ -49,6 +50,17 @@ func newMetrics(b *Broker) *metrics {
 			Name: "tapes_fsyncs_total", Help: "fsyncs this broker issued, by what they made durable (raft_log: two per bbolt commit).",
 			ConstLabels: prometheus.Labels{"kind": k.String()},
 		}, func() float64 { return float64(storage.Fsyncs(k)) }))
+	}
+	for _, k := range txn.Kinds() {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tapes_txn_concurrent_transactions_total", Help: "CONCURRENT_TRANSACTIONS answers of this broker's transaction coordinator (after the hold), by request.",
+			ConstLabels: prometheus.Labels{"request": k},
+		}, func() float64 {
+			if b.txns == nil {
+				return 0
+			}
+			return float64(b.txns.ConcurrentAnswers()[k])
+		}))
 	}
 	return m
 }

@@ -133,6 +133,8 @@ type Coordinator struct {
 	// or that went stale (a write of unknown outcome) is closed and
 	// replaced by the next tick or request.
 	shards map[int32]*shard
+
+	answers concurrentAnswers
 }
 
 // New returns a Coordinator; call Run to drive it.
@@ -285,7 +287,11 @@ func (c *Coordinator) InitProducerID(ctx context.Context, req InitRequest) (prod
 	if err != nil {
 		return -1, -1, err
 	}
-	return s.initProducerID(ctx, req)
+	err = s.hold(ctx, KindInitProducerID, req.TransactionalID, func() error {
+		producerID, epoch, err = s.initProducerID(ctx, req)
+		return err
+	})
+	return producerID, epoch, err
 }
 
 // AddPartitions handles AddPartitionsToTxn (and AddOffsetsToTxn, whose
@@ -300,7 +306,7 @@ func (c *Coordinator) AddPartitions(ctx context.Context, id string, producerID i
 	if err != nil {
 		return err
 	}
-	return s.addPartitions(ctx, id, producerID, epoch, parts)
+	return s.hold(ctx, KindAddPartitions, id, func() error { return s.addPartitions(ctx, id, producerID, epoch, parts) })
 }
 
 // EndTxn handles EndTxn: PrepareCommit or PrepareAbort is written and, once

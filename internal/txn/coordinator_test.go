@@ -299,23 +299,30 @@ func TestCommitAndAbort(t *testing.T) {
 	})
 }
 
+// preparedCommit returns a coordinator whose id "t" committed a
+// transaction on orders0 whose markers mk holds (state PrepareCommit).
+func preparedCommit(t *testing.T) (*env, *fakeMarkers, int64, int16) {
+	t.Helper()
+	mk := &fakeMarkers{hold: make(chan struct{})}
+	e := newEnv(t, &memLog{term: 1}, mk)
+	pid, epoch := e.mustInit("t")
+	e.add("t", pid, epoch, orders0)
+	e.end("t", pid, epoch, true)
+	synctest.Wait()
+	if d := e.state("t"); d.State != PrepareCommit {
+		t.Fatalf("markers held: %+v", d)
+	}
+	return e, mk, pid, epoch
+}
+
 // TestConcurrentTransactions: while a commit's markers are being written,
 // the same commit again, AddPartitionsToTxn and InitProducerId are
 // CONCURRENT_TRANSACTIONS, an abort INVALID_TXN_STATE; once the markers
 // are written the transaction completes and the next call goes through.
 func TestConcurrentTransactions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		log := &memLog{term: 1}
-		mk := &fakeMarkers{hold: make(chan struct{})}
-		e := newEnv(t, log, mk)
+		e, mk, pid, epoch := preparedCommit(t)
 		ctx := context.Background()
-		pid, epoch := e.mustInit("t")
-		e.add("t", pid, epoch, orders0)
-		e.end("t", pid, epoch, true)
-		synctest.Wait()
-		if d := e.state("t"); d.State != PrepareCommit {
-			t.Fatalf("markers held: %+v", d)
-		}
 		wantErr(t, "commit again", e.c.EndTxn(ctx, "t", pid, epoch, true), kerr.ConcurrentTransactions)
 		wantErr(t, "abort", e.c.EndTxn(ctx, "t", pid, epoch, false), kerr.InvalidTxnState)
 		wantErr(t, "add partitions", e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders1}), kerr.ConcurrentTransactions)
@@ -627,5 +634,59 @@ func TestRecoveringProducerIsBumpedAfterItsAbort(t *testing.T) {
 		if got, want := log.states(t, "t"), []State{Empty, Ongoing, PrepareAbort, CompleteAbort, Empty, Ongoing}; !slices.Equal(got, want) {
 			t.Fatalf("records %v, want %v", got, want)
 		}
+	})
+}
+
+// TestHoldConcurrent: an AddPartitionsToTxn that arrives while the previous
+// commit's markers are being written is held and answered success once the
+// transaction completed (not CONCURRENT_TRANSACTIONS); when completion
+// takes longer than the hold, it is CONCURRENT_TRANSACTIONS after
+// concurrentHold, counted by ConcurrentAnswers.
+func TestHoldConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, mk, pid, epoch := preparedCommit(t)
+		ctx := context.Background()
+		errc := make(chan error, 1)
+		start := time.Now()
+		go func() { errc <- e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders1}) }()
+		time.Sleep(concurrentHold / 2)
+		synctest.Wait()
+		select {
+		case err := <-errc:
+			t.Fatalf("answered before completion: %v", err)
+		default:
+		}
+		close(mk.hold)
+		if err := <-errc; err != nil {
+			t.Fatalf("AddPartitions held over the completion: %v", err)
+		}
+		if d := e.state("t"); d.State != Ongoing || !slices.Equal(d.Partitions, []TopicPartition{orders1}) {
+			t.Fatalf("after the held AddPartitions: %+v", d)
+		}
+		if got := time.Since(start); got != concurrentHold/2 {
+			t.Fatalf("answered after %v, want %v (at completion)", got, concurrentHold/2)
+		}
+		if n := e.c.ConcurrentAnswers(); len(n) != 0 {
+			t.Fatalf("CONCURRENT_TRANSACTIONS answers %v, want none", n)
+		}
+
+		// Completion slower than the hold.
+		mk.mu.Lock()
+		mk.hold = make(chan struct{})
+		mk.mu.Unlock()
+		e.end("t", pid, epoch, true)
+		synctest.Wait()
+		start = time.Now()
+		err := e.c.AddPartitions(ctx, "t", pid, epoch, []TopicPartition{orders1})
+		wantErr(t, "add partitions past the hold", err, kerr.ConcurrentTransactions)
+		if got := time.Since(start); got != concurrentHold {
+			t.Fatalf("CONCURRENT_TRANSACTIONS after %v, want %v", got, concurrentHold)
+		}
+		if n := e.c.ConcurrentAnswers(); n[KindAddPartitions] != 1 {
+			t.Fatalf("CONCURRENT_TRANSACTIONS answers %v, want 1 AddPartitionsToTxn", n)
+		}
+		close(mk.hold)
+		synctest.Wait()
+		e.add("t", pid, epoch, orders1)
 	})
 }

@@ -45,6 +45,9 @@ type shard struct {
 	mu sync.Mutex
 	// txns: every transactional id of the partition. Guarded by mu.
 	txns map[string]*txnMeta
+	// waiters: requests held on an id until its next committed write
+	// (see hold). Guarded by mu.
+	waiters map[string]chan struct{}
 }
 
 // txnMeta is one transactional id's state. Guarded by shard.mu.
@@ -201,6 +204,7 @@ func (s *shard) write(ctx context.Context, id string, t *txnMeta, v value) error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t.pending = false
+	defer s.notify(id)
 	if err != nil {
 		if t.fresh && s.txns[id] == t {
 			delete(s.txns, id)
