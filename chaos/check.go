@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 	"github.com/tapes-dev/tapes/internal/check"
 	"github.com/tapes-dev/tapes/internal/client"
 	"github.com/tapes-dev/tapes/internal/clusterfile"
+	"github.com/tapes-dev/tapes/internal/experiment"
 )
 
 // checkCommand is `chaos check`: runs the checker (package check) on the
@@ -35,7 +37,8 @@ var errNotMet = errors.New("expectation not met")
 
 const checkSynopsis = "check --producer-history F[,F...] [--consumer-history F[,F...]] [--sink FILE.db]\n" +
 	"              [--topic T [--dir DIR | --bootstrap-server ADDR]] [--txn-history F[,F...]]\n" +
-	"              [--expect safe|exactly-once|none] [--json]"
+	"              [--expect safe|exactly-once|none] [--json]\n" +
+	"       chaos check --dir RUN_DIR [flags]"
 
 const checkAbout = `Reads what the producers sent and what the consumers processed (their --history files),
 optionally a full read of the topic from the cluster and the group's sink, and names every anomaly:
@@ -67,6 +70,11 @@ never-processed: the profile of acks=all, an idempotent producer, commit after p
 idempotent sink. Kinds not checked (the sink's, without --sink) do not count. --expect exactly-once
 (for --txn-history) requires zero aborted-read, G1a, lost-write, duplicate, G1c and zombie-commit.
 --expect none only reports.
+--dir RUN_DIR (a chaos run --out directory, which holds events.jsonl) checks that run again: its
+producer-*, consumer-* and txn-*.jsonl histories and sink.db, its experiment's expectation and the
+full read of its topic recorded in check-input.json (flags given explicitly win; --topic reads the
+topic again from the run's cluster, RUN_DIR/cluster, which must then be running). The experiment's
+own extra verdict (chaos run's) is not re-run.
 Exit status: 0 when the expectation holds, 1 when it does not (or the check could not run), 2 on a
 usage error.`
 
@@ -94,7 +102,7 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 	fs.Var(&consumers, "consumer-history", "consumerd --history `files`, comma-separated or repeated (required unless --topic gives a full read)")
 	fs.StringVar(&sinkDB, "sink", "", "the consumer group's SQLite sink `FILE.db`, to check its effects (duplicate-effect, never-processed, out-of-key-order)")
 	fs.StringVar(&topic, "topic", "", "`TOPIC` to read in full from the cluster, every partition from its log start to its high watermark, as one more reader")
-	fs.StringVar(&dir, "dir", clusterfile.DefaultDir(), "cluster `directory` whose cluster.json lists the brokers, for the full read of --topic")
+	fs.StringVar(&dir, "dir", clusterfile.DefaultDir(), "cluster `directory` whose cluster.json lists the brokers, for the full read of --topic; or an experiment's run directory (chaos run --out), to check that run again")
 	fs.StringVar(&bootstrap, "bootstrap-server", "", "comma-separated broker `addresses` for the full read of --topic; wins over --dir")
 	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long the full read of --topic may take")
 	fs.StringVar(&expect, "expect", check.Safe.Name, "`profile` the result must meet: safe (exit 1 unless every kind of the safe profile is zero), exactly-once (the transactional profile) or none (only report)")
@@ -111,25 +119,46 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 	switch {
 	case fs.NArg() != 0:
 		return fmt.Errorf("%w: check takes no arguments, got %q", errUsage, fs.Args())
-	case len(producers) == 0 && len(txns) == 0:
-		return fmt.Errorf("%w: --producer-history is required (or --txn-history for transactional histories)", errUsage)
-	case len(consumers) == 0 && topic == "" && len(txns) == 0:
-		return fmt.Errorf("%w: nothing read: give --consumer-history, or --topic for a full read", errUsage)
-	case (set["dir"] || set["bootstrap-server"] || set["timeout"]) && topic == "":
-		return fmt.Errorf("%w: --dir, --bootstrap-server and --timeout serve the full read: they need --topic", errUsage)
 	case !known:
 		return fmt.Errorf("%w: --expect %q: want safe, exactly-once or none", errUsage, expect)
 	case timeout <= 0:
 		return fmt.Errorf("%w: --timeout %v: want more than 0", errUsage, timeout)
 	}
-
 	in := check.Input{ProducerHistories: producers, ConsumerHistories: consumers, TxnHistories: txns, SinkDB: sinkDB, Expect: e}
+	readTopic := topic // the topic of in.Log, read now or recorded by the run
+	var run *checkRun
+	if set["dir"] && experiment.IsRunDir(dir) {
+		var err error
+		if run, err = checkRunInput(dir, set, &in); err != nil {
+			return err
+		}
+		if topic == "" && run.rec != nil {
+			readTopic = run.rec.Topic
+		}
+		dir = filepath.Join(dir, "cluster") // the run's cluster, for --topic
+	}
+	switch {
+	case run != nil && len(in.ProducerHistories) == 0 && len(in.TxnHistories) == 0:
+		return fmt.Errorf("run directory %s: no producer-*.jsonl or txn-*.jsonl history to check", run.dir)
+	case run != nil && len(in.ConsumerHistories) == 0 && in.Log == nil && topic == "" && len(in.TxnHistories) == 0:
+		return fmt.Errorf("run directory %s: nothing read: no consumer-*.jsonl history, and no full read recorded (%s, written by chaos run); give --topic T with the run's cluster (%s) running", run.dir, experiment.CheckInputFile, dir)
+	case len(in.ProducerHistories) == 0 && len(in.TxnHistories) == 0:
+		return fmt.Errorf("%w: --producer-history is required (or --txn-history for transactional histories, or --dir RUN_DIR for an experiment's run)", errUsage)
+	case len(in.ConsumerHistories) == 0 && in.Log == nil && topic == "" && len(in.TxnHistories) == 0:
+		return fmt.Errorf("%w: nothing read: give --consumer-history, or --topic for a full read", errUsage)
+	case run == nil && set["dir"] && topic == "":
+		return fmt.Errorf("%w: --dir %s is not an experiment's run directory (no %s: chaos run --out writes one); a cluster directory serves the full read of --topic, which is missing", errUsage, dir, experiment.EventsFile)
+	case (set["bootstrap-server"] || set["timeout"]) && topic == "":
+		return fmt.Errorf("%w: --bootstrap-server and --timeout serve the full read: they need --topic", errUsage)
+	}
+
 	if topic != "" {
 		var err error
 		if in.Log, in.LogStart, err = checkFullRead(ctx, dir, bootstrap, topic, timeout); err != nil {
 			return err
 		}
 	}
+	e = in.Expect
 	res, err := check.Check(ctx, in)
 	if err != nil {
 		return err
@@ -141,12 +170,65 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("write output: %w", err)
 		}
 	} else {
-		printCheck(c.stdout, in, topic, res, e)
+		if run != nil {
+			run.print(c.stdout)
+		}
+		printCheck(c.stdout, in, readTopic, res, e)
 	}
 	if !res.Valid {
 		return fmt.Errorf("%w (%s): %s", errNotMet, e.Name, strings.Join(res.Why, "; "))
 	}
 	return nil
+}
+
+// checkRun is the experiment run `chaos check --dir RUN_DIR` checks again.
+type checkRun struct {
+	dir string
+	rec *experiment.RecordedCheck // nil: the run recorded no check-input.json
+	// expectFrom says where the expectation came from.
+	expectFrom string
+}
+
+// checkRunInput fills in, for the flags not set, what the run in dir
+// recorded: its histories, sink, expectation and full read.
+func checkRunInput(dir string, set map[string]bool, in *check.Input) (*checkRun, error) {
+	rin, rec, err := experiment.RunInput(dir)
+	if err != nil {
+		return nil, fmt.Errorf("run directory %s: %w", dir, err)
+	}
+	if !set["producer-history"] {
+		in.ProducerHistories = rin.ProducerHistories
+	}
+	if !set["consumer-history"] {
+		in.ConsumerHistories = rin.ConsumerHistories
+	}
+	if !set["txn-history"] {
+		in.TxnHistories = rin.TxnHistories
+	}
+	if !set["sink"] {
+		in.SinkDB = rin.SinkDB
+	}
+	run := &checkRun{dir: dir, rec: rec, expectFrom: "--expect"}
+	switch {
+	case set["expect"]:
+	case rec != nil:
+		in.Expect, run.expectFrom = rec.Expect, "the experiment's, recorded in "+experiment.CheckInputFile
+	default:
+		run.expectFrom = "the default (no " + experiment.CheckInputFile + " in the run)"
+	}
+	if !set["topic"] && rec != nil && rec.Topic != "" {
+		in.Log, in.LogStart = rec.Log, rec.LogStart
+	}
+	return run, nil
+}
+
+// print says which run is checked and with what expectation.
+func (r *checkRun) print(w io.Writer) {
+	name := "an experiment"
+	if r.rec != nil {
+		name = r.rec.Experiment
+	}
+	fmt.Fprintf(w, "Run:       %s (%s); expectation %s\n", r.dir, name, r.expectFrom)
 }
 
 // checkFullRead reads topic from the cluster named by bootstrap or dir.

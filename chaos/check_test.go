@@ -186,7 +186,7 @@ func TestCheckCommand(t *testing.T) {
 		{name: "no producer history", code: 2, args: []string{"--consumer-history", f("c1.jsonl")}, stderrHas: []string{"--producer-history is required"}},
 		{name: "nothing read", code: 2, args: []string{"--producer-history", f("producer.jsonl")}, stderrHas: []string{"nothing read"}},
 		{name: "unknown expectation", code: 2, args: append(dirty, "--expect", "strict"), stderrHas: []string{`--expect "strict": want safe, exactly-once or none`}},
-		{name: "--dir without --topic", code: 2, args: append(dirty, "--dir", dir), stderrHas: []string{"need --topic"}},
+		{name: "--dir without --topic", code: 2, args: append(dirty, "--dir", dir), stderrHas: []string{"is not an experiment's run directory (no events.jsonl", "--topic, which is missing"}},
 		{name: "an argument", code: 2, args: append(dirty, "extra"), stderrHas: []string{`check takes no arguments, got ["extra"]`}},
 		{name: "unknown flag", code: 2, args: append(dirty, "--nope"), stderrHas: []string{"flag provided but not defined: -nope"}},
 		{name: "missing history file", code: 1, args: []string{"--producer-history", f("missing.jsonl"), "--consumer-history", f("c1.jsonl")},
@@ -368,4 +368,81 @@ func TestCheckCommandTxnHistory(t *testing.T) {
 	if _, stderr, code := runCheck(t, "--expect", "exactly-once"); code != 2 || !strings.Contains(stderr, "--txn-history") {
 		t.Fatalf("no history at all: exit %d, stderr %q", code, stderr)
 	}
+}
+
+// TestCheckCommandRunDir: `chaos check --dir RUN_DIR` checks an
+// experiment's run again from its own files: the histories by the runner's
+// names, the sink, and from check-input.json the experiment's expectation
+// and its full read (offsets 0 and 1 deleted by retention, 2..4 read), so
+// no flag is needed and no cluster either. --expect given wins over the
+// recorded one. Without a consumer history or a recorded full read it says
+// what is missing (a directory that is no run directory: TestCheckCommand).
+func TestCheckCommandRunDir(t *testing.T) {
+	fix := checkFixture(t)
+	run := t.TempDir()
+	link := func(from, to string) {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(fix, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(run, to), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link("producer.jsonl", "producer-p.jsonl")
+	if err := os.WriteFile(filepath.Join(run, "events.jsonl"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	_, errOut, code := runCheck(t, "--dir", run)
+	if code != 1 || !strings.Contains(errOut, "no consumer-*.jsonl history, and no full read recorded (check-input.json") {
+		t.Fatalf("run without reads: exit status %d, stderr:\n%s", code, errOut)
+	}
+
+	key := "key-1"
+	rec := map[string]any{
+		"experiment": "retention-test",
+		"expect":     check.Expectation{Name: "no loss", MustBeZero: []string{check.LostWrite}},
+		"topic":      "orders",
+		"log_start":  map[int32]int64{0: 2},
+		"log": map[int32][]check.LogRecord{0: {
+			{Offset: 2, EventID: "p-aa-2", Key: &key, Value: "v-p-aa-2"},
+			{Offset: 3, EventID: "p-aa-3", Key: &key, Value: "v-p-aa-3"},
+			{Offset: 4, EventID: "p-aa-4", Key: &key, Value: "v-p-aa-4"}}},
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(run, "check-input.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCheck(t, "--dir", run)
+	for _, s := range []string{
+		"Run:       " + run + " (retention-test); expectation the experiment's, recorded in check-input.json\n",
+		"Full read: 3 records of orders, log start 0:2\n",
+		"Read:      3 distinct records; 2 acknowledged records deleted by retention before anyone read them\n",
+		"Expectation no loss: met\n",
+	} {
+		if code != 0 || !strings.Contains(out, s) {
+			t.Fatalf("exit status %d, stdout has no %q:\n%s\nstderr:\n%s", code, s, out, errOut)
+		}
+	}
+
+	// The sink of the run is read too, and --expect wins.
+	link("sink.db", "sink.db")
+	link("c1-dirty.jsonl", "consumer-c1.jsonl")
+	out, errOut, code = runCheck(t, "--dir", run, "--expect", "safe")
+	for _, s := range []string{
+		"expectation --expect\n",
+		"Consumers: 2 records processed (1 history)\n",
+		"Sink:      5 effects, 5 event ids delivered (" + filepath.Join(run, "sink.db") + ")\n",
+		"Expectation safe: ",
+	} {
+		if !strings.Contains(out, s) {
+			t.Fatalf("exit status %d, stdout has no %q:\n%s\nstderr:\n%s", code, s, out, errOut)
+		}
+	}
+
 }

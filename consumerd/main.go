@@ -182,7 +182,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.transactionTimeout, "transaction-timeout", 10*time.Second, "with --eos: the coordinator aborts a transaction left open this long (transaction.timeout.ms)")
 	fs.StringVar(&o.smsURL, "sms-url", "", "with --eos: POST each input's SMS ({\"event_id\",\"to\",\"text\"} JSON) to this `URL` while processing it: an effect outside the log, which the transaction does not cover")
 	fs.StringVar(&o.txnHistoryPath, "txn-history", "", "with --eos: append the transactional history (begin, step, send and end lines, chaos check --txn-history) to this `file`")
-	fs.StringVar(&o.from, "from", "earliest", "where to start without a committed offset, or after retention deleted it (auto.offset.reset): earliest or latest")
+	fs.StringVar(&o.from, "from", "earliest", "where to start without a committed offset, or after retention deleted it (auto.offset.reset): earliest or latest (the high watermark; read_committed the last stable offset)")
 	fs.StringVar(&o.historyPath, "history", "", "append one JSON line per record processed, commit and assignment change to this `file` (created if missing; a restarted consumer continues it)")
 	fs.Int64Var(&o.crashAfter, "crash-after-records", 0, "exit at once (code 3) after processing this many records, mid-batch, without committing or leaving (0: never)")
 	fs.StringVar(&o.controlListen, "control-listen", "127.0.0.1:0", "address of the gRPC control endpoint (port 0: any free port; empty: none)")

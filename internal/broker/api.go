@@ -477,10 +477,11 @@ func (a *api) Fetch(ctx context.Context, req *tapesv1.FetchRequest) (resp *tapes
 	if wait > maxFetchWait {
 		wait = maxFetchWait
 	}
-	if req.IsolationLevel != int32(replication.ReadUncommitted) && req.IsolationLevel != int32(replication.ReadCommitted) {
-		return nil, kerr.ToStatus(kerr.New(kerr.InvalidRequest, "isolation level %d: 0 (read_uncommitted) or 1 (read_committed)", req.IsolationLevel))
+	iso, err := grpcIsolation(req.IsolationLevel)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
 	}
-	res, err := r.FetchIsolated(ctx, req.Offset, maxBytes, wait, replication.IsolationLevel(req.IsolationLevel))
+	res, err := r.FetchIsolated(ctx, req.Offset, maxBytes, wait, iso)
 	if err != nil {
 		return nil, kerr.ToStatus(err)
 	}
@@ -514,12 +515,25 @@ func toProto(rec storage.Record) *tapesv1.Record {
 	return pr
 }
 
+// grpcIsolation reads the isolation_level of a gRPC Fetch or ListOffsets:
+// 0 read_uncommitted, 1 read_committed, anything else INVALID_REQUEST.
+func grpcIsolation(level int32) (replication.IsolationLevel, error) {
+	if level != int32(replication.ReadUncommitted) && level != int32(replication.ReadCommitted) {
+		return 0, kerr.New(kerr.InvalidRequest, "isolation level %d: 0 (read_uncommitted) or 1 (read_committed)", level)
+	}
+	return replication.IsolationLevel(level), nil
+}
+
 func (a *api) ListOffsets(ctx context.Context, req *tapesv1.ListOffsetsRequest) (*tapesv1.ListOffsetsResponse, error) {
 	r, err := a.leaderReplica(req.Topic, req.Partition)
 	if err != nil {
 		return nil, kerr.ToStatus(err)
 	}
-	off, ts, epoch, err := r.ListOffsets(req.TimestampMs)
+	iso, err := grpcIsolation(req.IsolationLevel)
+	if err != nil {
+		return nil, kerr.ToStatus(err)
+	}
+	off, ts, epoch, err := r.ListOffsetsIsolated(req.TimestampMs, iso)
 	if err != nil {
 		return nil, kerr.ToStatus(err)
 	}

@@ -110,6 +110,10 @@ type TxnConfig struct {
 	// AbortTimedOutInterval is how often transactions are checked for
 	// their timeout (transaction.abort.timed.out.transaction.cleanup.interval.ms).
 	AbortTimedOutInterval time.Duration
+	// StateCompactAfter is how many records a __transaction_state
+	// partition may hold before its coordinator compacts it (as
+	// Groups.OffsetsCompactAfter); 0 never compacts.
+	StateCompactAfter int64
 }
 
 // Configuration errors. ValidateConfig wraps one of them with the offending
@@ -174,6 +178,7 @@ func DefaultConfig() Config {
 			StateTopicReplicationFactor: 3,
 			MaxTimeout:                  15 * time.Minute,
 			AbortTimedOutInterval:       time.Second,
+			StateCompactAfter:           50_000,
 		},
 	}
 }
@@ -255,6 +260,9 @@ func ValidateConfig(c *Config) error {
 	if x := c.Transactions; x.StateTopicPartitions <= 0 || x.StateTopicReplicationFactor <= 0 || x.MaxTimeout <= 0 || x.AbortTimedOutInterval <= 0 {
 		return fmt.Errorf("%w: state topic partitions %d, replication factor %d, max timeout %v, abort check interval %v (each positive)",
 			ErrTxnConfig, x.StateTopicPartitions, x.StateTopicReplicationFactor, x.MaxTimeout, x.AbortTimedOutInterval)
+	}
+	if x := c.Transactions; x.StateCompactAfter < 0 {
+		return fmt.Errorf("%w: state compact after %d records (0 or more)", ErrTxnConfig, x.StateCompactAfter)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -424,6 +424,9 @@ func TestKafkaListOffsetsVersions(t *testing.T) {
 	if grpcEpoch < 1 {
 		t.Fatalf("leader epoch %d", grpcEpoch)
 	}
+	if _, err := kb.bc.ListOffsets(context.Background(), &tapesv1.ListOffsetsRequest{Topic: "events", Partition: 0, TimestampMs: -1, IsolationLevel: 2}); !kerr.Is(kerr.FromStatus(err), kerr.InvalidRequest) {
+		t.Errorf("gRPC ListOffsets isolation level 2: %v; want INVALID_REQUEST", err)
+	}
 	for _, c := range []struct {
 		epoch int32
 		want  int16

@@ -48,6 +48,7 @@ func (b *Broker) newTxnCoordinator() (*txn.Coordinator, error) {
 		Markers:         markersOf{b},
 		MaxTimeout:      b.cfg.Transactions.MaxTimeout,
 		Tick:            b.cfg.Transactions.AbortTimedOutInterval,
+		CompactAfter:    b.cfg.Transactions.StateCompactAfter,
 		Logger:          b.log.With("component", "txn-coordinator"),
 	})
 }

@@ -38,7 +38,15 @@ func (c *Client) Fetch(ctx context.Context, req *tapesv1.FetchRequest) (*tapesv1
 // or the first offset whose record timestamp is at or after timestampMs.
 // It retries like Fetch.
 func (c *Client) ListOffsets(ctx context.Context, topic string, partition int32, timestampMs int64) (*tapesv1.ListOffsetsResponse, error) {
-	req := &tapesv1.ListOffsetsRequest{Topic: topic, Partition: partition, TimestampMs: timestampMs}
+	return c.ListOffsetsIsolated(ctx, topic, partition, timestampMs, 0)
+}
+
+// ListOffsetsIsolated is ListOffsets at an isolation level (Kafka's
+// values, as FetchRequest.isolation_level): with 1 (read_committed)
+// LatestOffset is the last stable offset, as Kafka's ListOffsets answers a
+// read_committed consumer.
+func (c *Client) ListOffsetsIsolated(ctx context.Context, topic string, partition int32, timestampMs int64, isolationLevel int32) (*tapesv1.ListOffsetsResponse, error) {
+	req := &tapesv1.ListOffsetsRequest{Topic: topic, Partition: partition, TimestampMs: timestampMs, IsolationLevel: isolationLevel}
 	var resp *tapesv1.ListOffsetsResponse
 	err := c.leaderCall(ctx, "list offsets", topic, partition, 0, retriable,
 		func(ctx context.Context, bc tapesv1.BrokerServiceClient, opts ...grpc.CallOption) (err error) {

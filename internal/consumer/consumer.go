@@ -62,7 +62,8 @@ type Config struct {
 	SessionTimeout, HeartbeatInterval, MaxPollInterval time.Duration
 	// From is auto.offset.reset: "earliest" (default) or "latest", for a
 	// partition without committed offset or whose position fell below the
-	// log start.
+	// log start. Latest is the high watermark, with ReadCommitted the last
+	// stable offset (Kafka's ListOffsets by isolation level).
 	From string
 	// FetchMaxBytes bounds one fetch (default 1 MiB); FetchMaxWait is its
 	// long poll (default 500ms).
@@ -602,7 +603,10 @@ func (c *Consumer) resetOffset(ctx context.Context, tp TopicPartition) int64 {
 	}
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.SessionTimeout)
 	defer cancel()
-	resp, err := c.cl.ListOffsets(lctx, tp.Topic, tp.Partition, ts)
+	// read_committed: latest is the last stable offset (Kafka's
+	// ListOffsets with isolation_level 1), so the records of a
+	// transaction open below the high watermark are read once committed.
+	resp, err := c.cl.ListOffsetsIsolated(lctx, tp.Topic, tp.Partition, ts, int32(c.cfg.IsolationLevel))
 	if err != nil {
 		return -1
 	}

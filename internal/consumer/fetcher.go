@@ -112,6 +112,14 @@ func (f *fetcher) run(ctx context.Context, pos int64) {
 			resume := start
 			if c.cfg.From == "latest" {
 				resume = hw
+				if c.cfg.IsolationLevel == ReadCommitted {
+					// The last stable offset, not the high watermark:
+					// an open transaction's records are read once
+					// committed.
+					if lso := c.resetOffset(ctx, f.tp); lso >= 0 {
+						resume = lso
+					}
+				}
 			}
 			if pos < start {
 				// Retention deleted [pos, start): never silently, and

@@ -127,7 +127,7 @@ func (e *Env) Leader(ctx context.Context, topic string, partition int32) (int32,
 func (e *Env) History(name string) string { return filepath.Join(e.Out, name+".jsonl") }
 
 // Sink is the path of the run's SQLite sink.
-func (e *Env) Sink() string { return filepath.Join(e.Out, "sink.db") }
+func (e *Env) Sink() string { return filepath.Join(e.Out, sinkFile) }
 
 // StartProducer starts producerd NAME under the cluster (through its own
 // links) with its history in Out; args are producerd flags.

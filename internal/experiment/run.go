@@ -121,7 +121,7 @@ func Run(ctx context.Context, x *Experiment, o Options) (*Outcome, error) {
 	if entries, _ := os.ReadDir(o.Out); len(entries) > 0 {
 		return nil, fmt.Errorf("--out %s is not empty: give a new directory (each run keeps its histories)", o.Out)
 	}
-	events, err := report.NewEventLog(filepath.Join(o.Out, "events.jsonl"))
+	events, err := report.NewEventLog(filepath.Join(o.Out, EventsFile))
 	if err != nil {
 		return nil, err
 	}
@@ -173,15 +173,15 @@ func Run(ctx context.Context, x *Experiment, o Options) (*Outcome, error) {
 	}
 
 	e.Printf("reading every partition back and checking the histories ...")
-	e.mu.Lock()
-	in := check.Input{Expect: x.Expect, HungLSOAfter: e.hungLSOAfter}
-	e.mu.Unlock()
-	in.ProducerHistories, _ = filepath.Glob(filepath.Join(o.Out, "producer-*.jsonl"))
-	in.ConsumerHistories, _ = filepath.Glob(filepath.Join(o.Out, "consumer-*.jsonl"))
-	in.TxnHistories, _ = filepath.Glob(filepath.Join(o.Out, "txn-*.jsonl"))
-	if _, err := os.Stat(e.Sink()); err == nil {
-		in.SinkDB = e.Sink()
+	in, _, err := RunInput(o.Out)
+	if err != nil {
+		return nil, err
 	}
+	e.mu.Lock()
+	in.HungLSOAfter = e.hungLSOAfter
+	e.mu.Unlock()
+	in.Expect = x.Expect
+	rec := RecordedCheck{Experiment: x.Name, Expect: x.Expect}
 	if len(e.topics) == 1 {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		in.Log, in.LogStart, err = check.ReadTopic(rctx, cl, e.topics[0])
@@ -189,6 +189,10 @@ func Run(ctx context.Context, x *Experiment, o Options) (*Outcome, error) {
 		if err != nil {
 			return nil, fmt.Errorf("full read of %s: %w", e.topics[0], err)
 		}
+		rec.Topic, rec.Log, rec.LogStart = e.topics[0], in.Log, in.LogStart
+	}
+	if err := writeCheckInput(o.Out, rec); err != nil {
+		return nil, err
 	}
 	res, err := check.Check(ctx, in)
 	if err != nil {

@@ -3,6 +3,7 @@ package group
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -13,20 +14,11 @@ import (
 // Kafka runs its log cleaner over the topic; tapes does the equivalent in
 // the coordinator, which already knows the rule by which the partition is
 // read (records.go: the latest record of each key wins, a group record
-// never replaces one of a newer generation):
-//
-//  1. read the partition from its log start to its high watermark and
-//     keep, per key, the record load would end up with (writes go on);
-//  2. hold off every write of the shard (shard.writes), read what was
-//     committed since 1 into the same fold, and append the kept records
-//     at the end of the partition (acks=all, in batches), the first at
-//     offset X;
-//  3. DeleteRecords(X): every replica moves its log start to X and drops
-//     the segments wholly below it; then writes resume.
-//
-// Reading the partition from X then rebuilds exactly the state reading it
-// from the old log start did: everything below X was folded in 1 and 2,
-// and no write of the coordinator can land between the read of 2 and X.
+// never replaces one of a newer generation). The steps, shared with the
+// transaction coordinator, are CompactLog's (compactlog.go): 1. fold the
+// partition from its log start, 2. hold the shard's writes (shard.writes),
+// fold the tail and append the kept records, the first at offset X,
+// 3. DeleteRecords(X).
 //
 // Transactional commits (txn.go): the fold applies markers as load does,
 // so a completed commit is kept as the plain offset record it became (or
@@ -44,106 +36,37 @@ import (
 // wait only for step 2's short read and the appends (a few milliseconds
 // for the records a few thousand groups hold), not for step 1.
 
-const (
-	// compactBatchRecords and compactBatchBytes bound one batch of
-	// rewritten records (well under max.message.bytes).
-	compactBatchRecords = 1000
-	compactBatchBytes   = 256 << 10
-	// compactTimeout bounds one compaction.
-	compactTimeout = 30 * time.Second
-)
+// compactTimeout bounds one compaction.
+const compactTimeout = 30 * time.Second
 
 // maybeCompact starts a compaction in the background when the partition
-// has grown to compactAt records and none runs. Called by the
+// has grown to the schedule's count and none runs. Called by the
 // Coordinator's ticker; it does not block.
 func (s *shard) maybeCompact() {
-	if s.c.cfg.CompactAfter <= 0 {
-		return
-	}
-	s.mu.Lock()
-	due := !s.compacting && s.records >= s.compactAt
-	if due {
-		s.compacting = true
-	}
-	s.mu.Unlock()
-	if due {
+	if s.sched.Due() {
 		go s.compact()
 	}
 }
 
-// compact runs one compaction (see above). When fewer than half of the
-// partition's records are superseded it only moves compactAt on. Either
-// way the next attempt waits for CompactAfter more records, and for twice
-// as many records as keys (no compaction could run before).
+// compact runs one compaction (see above; compactlog.go), the fold's
+// markers repaired before the log start moves.
 func (s *shard) compact() {
 	ctx, cancel := s.context(compactTimeout)
 	defer cancel()
 	start := time.Now()
 	var f fold
-	n, end, err := s.scan(ctx, 0, f.add)
-	next := max(int64(n)+s.c.cfg.CompactAfter, 2*int64(f.len()))
-	defer func() {
-		s.mu.Lock()
-		s.compacting, s.compactAt = false, next
-		s.mu.Unlock()
-	}()
-	if err != nil {
-		s.c.log.Warn("compaction: reading the partition", "partition", s.p, "err", err)
-		return
-	}
-	if n < 2*f.len() {
-		s.mu.Lock()
-		s.records = int64(n)
-		s.mu.Unlock()
-		return // mostly live records: wait for more
-	}
-
-	s.writes.Lock()
-	defer s.writes.Unlock()
-	held := time.Now()
-	tail, end, err := s.scan(ctx, end, f.add)
-	if err != nil {
-		s.c.log.Warn("compaction: reading the partition", "partition", s.p, "err", err)
-		return
-	}
-	n += tail
-	s.mu.Lock()
-	s.records = int64(n)
-	s.mu.Unlock()
-	first := int64(-1)
-	kept := f.records()
-	for batch := range batches(kept) {
-		base, err := s.write(ctx, batch)
-		if err != nil {
-			s.c.log.Warn("compaction: rewriting the latest records", "partition", s.p, "err", err)
-			return
-		}
-		if first < 0 {
-			first = base
-		}
-	}
-	if first < 0 {
-		return // nothing decodable to keep and nothing to rewrite
-	}
-	if err := s.tail(ctx); err != nil {
-		s.c.log.Warn("compaction: reading transaction markers", "partition", s.p, "err", err)
-		return
-	}
-	if err := s.repairPending(ctx, &f, end, first); err != nil {
-		s.c.log.Warn("compaction: markers that completed rewritten pending commits", "partition", s.p, "err", err)
-		return
-	}
-	logStart, err := s.log.DeleteRecords(ctx, first)
-	if err != nil {
-		s.c.log.Warn("compaction: moving the log start", "partition", s.p, "before", first, "err", err)
-		return
-	}
-	s.mu.Lock()
-	s.records = int64(len(kept))
-	s.mu.Unlock()
-	next = max(int64(len(kept))+s.c.cfg.CompactAfter, 2*int64(len(kept)))
-	s.c.log.Info("compacted", "partition", s.p, "records", n, "kept", len(kept), "log_start", logStart,
-		"took", time.Since(start).Round(time.Millisecond), "writes_held", time.Since(held).Round(time.Millisecond))
+	res, err := CompactLog(ctx, Compaction{Log: s.log, Schedule: &s.sched, Hold: &s.writes, Append: s.write, Len: f.len, Kept: f.records,
+		Scan: func(ctx context.Context, from int64) (int, int64, error) { return s.scan(ctx, from, f.add) },
+		BeforeDelete: func(ctx context.Context, end, first int64) error {
+			if err := s.tail(ctx); err != nil {
+				return fmt.Errorf("reading transaction markers: %w", err)
+			}
+			if err := s.repairPending(ctx, &f, end, first); err != nil {
+				return fmt.Errorf("markers that completed rewritten pending commits: %w", err)
+			}
+			return nil
+		}})
+	LogCompaction(s.c.log, OffsetsTopic, s.p, start, res, err)
 }
 
 // fold collects, in the order their keys first appear, the records that
@@ -268,28 +191,10 @@ func (s *shard) repairPending(ctx context.Context, f *fold, from, to int64) erro
 		return err
 	}
 	s.c.log.Info("compaction: a marker completed rewritten pending commits", "partition", s.p, "records", len(repair))
-	for batch := range batches(repair) {
+	for batch := range Batches(repair) {
 		if _, err := s.write(ctx, batch); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// batches splits recs into batches of at most compactBatchRecords records
-// and about compactBatchBytes bytes.
-func batches(recs []Record) func(yield func([]Record) bool) {
-	return func(yield func([]Record) bool) {
-		for len(recs) > 0 {
-			i, size := 0, 0
-			for i < len(recs) && i < compactBatchRecords && (i == 0 || size+len(recs[i].Key)+len(recs[i].Value) <= compactBatchBytes) {
-				size += len(recs[i].Key) + len(recs[i].Value)
-				i++
-			}
-			if !yield(recs[:i]) {
-				return
-			}
-			recs = recs[i:]
-		}
-	}
 }

@@ -44,13 +44,10 @@ type shard struct {
 	// groups: every group with members or committed offsets in this
 	// partition. Guarded by mu, as is everything inside each group.
 	groups map[string]*group
-	// records is about how many records the partition holds from its log
-	// start (counted by load and compact, grown by every write that
-	// committed); compactAt is the count at which compaction is next
-	// tried; compacting is set while it runs. Guarded by mu.
-	// Invariant: compactAt > 0 once load finished, when compaction is on.
-	records, compactAt int64
-	compacting         bool
+	// sched counts the partition's records from its log start (load and
+	// compact count them, every committed write adds) and says when to
+	// compact it (compactlog.go).
+	sched CompactSchedule
 	// epochs: the newest epoch of each producer seen in the partition (its
 	// markers and transactional commits); an older one is fenced. tailAt:
 	// the offset the next tail reads from (txn.go). Guarded by mu.
@@ -140,7 +137,8 @@ func (s *shard) load() {
 		return
 	}
 	s.mu.Lock()
-	s.records, s.compactAt, s.tailAt = int64(n), s.c.cfg.CompactAfter, end
+	s.tailAt = end
+	s.sched.Loaded(int64(n), s.c.cfg.CompactAfter)
 	s.mu.Unlock()
 	s.c.log.Info("coordinator loaded", "partition", s.p, "epoch", s.term, "groups", len(s.groups), "records", n, "took", time.Since(start).Round(time.Millisecond))
 }
@@ -163,25 +161,11 @@ func (s *shard) scan(ctx context.Context, from int64, fn func(Record, decoded)) 
 
 // scanRaw is scan without decoding: fn gets every entry as read.
 func (s *shard) scanRaw(ctx context.Context, from int64, fn func(Record)) (n int, end int64, err error) {
-	offset, hw := from, int64(-1)
-	for hw < 0 || offset < hw {
-		recs, next, h, err := s.log.Read(ctx, offset)
-		if err != nil {
-			return n, offset, fmt.Errorf("read %s-%d at %d: %w", OffsetsTopic, s.p, offset, err)
-		}
-		if hw < 0 {
-			hw = h
-		}
-		for _, r := range recs {
-			n++
-			fn(r)
-		}
-		if next <= offset && len(recs) == 0 {
-			break // nothing more below the high watermark
-		}
-		offset = next
+	n, end, err = ScanLog(ctx, s.log, from, fn)
+	if err != nil {
+		err = fmt.Errorf("read %s-%d %w", OffsetsTopic, s.p, err)
 	}
-	return n, offset, nil
+	return n, end, err
 }
 
 // group returns the group (creating it Empty when create is set). Caller
@@ -337,9 +321,7 @@ func (s *shard) write(ctx context.Context, recs []Record) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("write to %s-%d: %w", OffsetsTopic, s.p, err)
 	}
-	s.mu.Lock()
-	s.records += int64(len(recs))
-	s.mu.Unlock()
+	s.sched.Wrote(len(recs))
 	return base, nil
 }
 

@@ -1,11 +1,16 @@
 package systest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"maps"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/tapes-dev/tapes/internal/check"
 	"github.com/tapes-dev/tapes/internal/experiment"
 )
 
@@ -55,10 +60,30 @@ func (w testWriter) Write(p []byte) (int, error) {
 // acks1-leader-isolation must lose at least one acknowledged write (its
 // expectation is lost-write > 0, so a run that loses none fails rather than
 // passing silently), and the checker names the records and their offsets.
+//
+// `chaos check --dir` on the run's directory, once its cluster is gone,
+// checks it again from the run's own files (the histories and
+// check-input.json: the expectation and the full read) and finds the same
+// counts, and the experiment's expectation met (exit 0).
 func TestExperimentAcks1LosesAcknowledgedWrites(t *testing.T) {
-	o := runExperiment(t, "acks1-leader-isolation", 0)
+	out := filepath.Join(t.TempDir(), "acks1")
+	o := runExperimentIn(t, "acks1-leader-isolation", 0, out, false)
 	if len(o.Result.Anomalies) == 0 || len(o.Result.Anomalies[0].Offsets) == 0 || len(o.Result.Anomalies[0].EventIDs) == 0 {
 		t.Fatalf("lost writes not named with their offsets: %+v", o.Result.Anomalies)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "chaos"), "check", "--dir", out, "--json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chaos check --dir %s: %v\n%s", out, err, stderr.String())
+	}
+	var again check.Result
+	if err := json.Unmarshal(b, &again); err != nil {
+		t.Fatalf("chaos check --json: %v\n%s", err, b)
+	}
+	if !maps.Equal(again.Counts, o.Result.Counts) || again.LogRecords != o.Result.LogRecords {
+		t.Fatalf("chaos check --dir: counts %v, %d records read in full; the run's %v, %d", again.Counts, again.LogRecords, o.Result.Counts, o.Result.LogRecords)
 	}
 }
 

@@ -51,6 +51,7 @@ var (
 	ErrNoAlloc       = errors.New("txn: Config.AllocProducerID is required")
 	ErrNoMarkers     = errors.New("txn: Config.Markers is required")
 	ErrBadMaxTimeout = errors.New("txn: Config.MaxTimeout must be > 0")
+	ErrBadCompact    = errors.New("txn: Config.CompactAfter must be >= 0")
 	ErrPartitionGone = errors.New("txn: partition no longer exists")
 )
 
@@ -81,6 +82,12 @@ type Config struct {
 	// RetryBackoff and MaxRetryBackoff bound the waits between attempts at
 	// writing markers (100 ms and 2 s when 0).
 	RetryBackoff, MaxRetryBackoff time.Duration
+	// CompactAfter: once a partition this broker coordinates holds at
+	// least this many records, and at least twice as many as it has
+	// transactional ids, the coordinator rewrites the latest record of
+	// each id and moves the log start past the rest (compact.go). 0 never
+	// compacts.
+	CompactAfter int64
 	// Now is the clock (time.Now when nil).
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -99,6 +106,8 @@ func (c *Config) Validate() error {
 		return ErrNoMarkers
 	case c.MaxTimeout <= 0:
 		return fmt.Errorf("%w: %v", ErrBadMaxTimeout, c.MaxTimeout)
+	case c.CompactAfter < 0:
+		return fmt.Errorf("%w: %d", ErrBadCompact, c.CompactAfter)
 	}
 	if c.Tick <= 0 {
 		c.Tick = time.Second
@@ -181,6 +190,7 @@ func (c *Coordinator) tick() {
 	for p := int32(0); p < n; p++ {
 		if s := c.current(p); s != nil && s.loaded() {
 			s.abortTimedOut(now)
+			s.maybeCompact()
 		}
 	}
 }

@@ -16,11 +16,13 @@ import (
 )
 
 // memLog is an in-memory __transaction_state partition whose leadership
-// term the test sets.
+// term the test sets. recs[i] is at offset i; those below start are
+// deleted (DeleteRecords).
 type memLog struct {
-	mu   sync.Mutex
-	term uint64
-	recs []Record
+	mu    sync.Mutex
+	term  uint64
+	recs  []Record
+	start int64
 }
 
 func (l *memLog) Term() uint64 { l.mu.Lock(); defer l.mu.Unlock(); return l.term }
@@ -38,17 +40,34 @@ func (l *memLog) Append(_ context.Context, recs []Record) (int64, error) {
 	return base, nil
 }
 
-func (l *memLog) DeleteRecords(context.Context, int64) (int64, error) { return 0, nil }
+func (l *memLog) DeleteRecords(_ context.Context, before int64) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.start = max(l.start, min(before, int64(len(l.recs))))
+	return l.start, nil
+}
 
 func (l *memLog) Read(_ context.Context, offset int64) ([]Record, int64, int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	offset = max(offset, l.start)
 	end := int64(len(l.recs))
 	if offset >= end {
 		return nil, offset, end, nil
 	}
 	stop := min(end, offset+2) // a few at a time, to exercise the loop
-	return slices.Clone(l.recs[offset:stop]), stop, end, nil
+	out := slices.Clone(l.recs[offset:stop])
+	for i := range out {
+		out[i].Offset = offset + int64(i)
+	}
+	return out, stop, end, nil
+}
+
+// live returns the records from the log start on.
+func (l *memLog) live() []Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.recs[l.start:])
 }
 
 // states returns the states the log holds for id, in order.
@@ -56,7 +75,7 @@ func (l *memLog) states(t *testing.T, id string) []State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []State
-	for _, r := range l.recs {
+	for _, r := range l.recs[l.start:] {
 		got, v, err := decodeRecord(r)
 		if err != nil {
 			t.Fatal(err)
@@ -125,14 +144,19 @@ type env struct {
 const tick = time.Second
 
 // newEnv returns a coordinator of one __transaction_state partition over
-// log, running until the test ends. Call inside a synctest bubble.
-func newEnv(t *testing.T, log *memLog, mk *fakeMarkers) *env {
+// log, running until the test ends; opts change its Config. Call inside a
+// synctest bubble.
+func newEnv(t *testing.T, log *memLog, mk *fakeMarkers, opts ...func(*Config)) *env {
 	t.Helper()
 	e := &env{t: t, log: log, mk: mk}
 	e.ids.Store(1000)
-	c, err := New(Config{BrokerID: 1, Partitions: func() int32 { return 1 }, Open: func(int32) Log { return log },
+	cfg := Config{BrokerID: 1, Partitions: func() int32 { return 1 }, Open: func(int32) Log { return log },
 		AllocProducerID: func(context.Context) (int64, error) { return e.ids.Add(1), nil },
-		Markers:         mk, MaxTimeout: 15 * time.Minute, Tick: tick})
+		Markers:         mk, MaxTimeout: 15 * time.Minute, Tick: tick}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,8 @@ func PartitionFor(transactionalID string, n int32) int32 {
 // (value, JSON), so that `cluster consume __transaction_state` is
 // readable. The latest record of each key wins: one transactional id has
 // at most one write in flight, so its records are in the order of its
-// state changes.
+// state changes. A record without value (a tombstone) removes its id: the
+// id expired (expire.go), and its next InitProducerId starts afresh.
 type Record = group.Record
 
 // Log is one partition of __transaction_state as the coordinator uses it:
@@ -93,11 +94,15 @@ func encodeRecord(id string, v value) Record {
 	return Record{Key: kb, Value: vb}
 }
 
+// decodeRecord decodes r; a tombstone decodes as state Dead.
 func decodeRecord(r Record) (string, value, error) {
 	var k recordKey
 	var v value
 	if err := json.Unmarshal(r.Key, &k); err != nil || k.TransactionalID == "" {
 		return "", v, fmt.Errorf("record key %q: not a transactional id (%v)", r.Key, err)
+	}
+	if r.Value == nil {
+		return k.TransactionalID, value{State: Dead}, nil // a tombstone: the id expired
 	}
 	if err := json.Unmarshal(r.Value, &v); err != nil {
 		return "", v, fmt.Errorf("record %q: value: %w", r.Key, err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tapes-dev/tapes/internal/client"
+	"github.com/tapes-dev/tapes/internal/group"
 	"github.com/tapes-dev/tapes/internal/kerr"
 )
 
@@ -42,12 +43,19 @@ type shard struct {
 	// replaces the shard, whose load reads the truth from the log.
 	stale atomic.Bool
 
+	// writes orders appends against compaction (compact.go): append
+	// holds it shared for the whole write, compact exclusively.
+	writes sync.RWMutex
+
 	mu sync.Mutex
 	// txns: every transactional id of the partition. Guarded by mu.
 	txns map[string]*txnMeta
 	// waiters: requests held on an id until its next committed write
 	// (see hold). Guarded by mu.
 	waiters map[string]chan struct{}
+	// sched counts the partition's records from its log start and says
+	// when to compact it (compact.go).
+	sched group.CompactSchedule
 }
 
 // txnMeta is one transactional id's state. Guarded by shard.mu.
@@ -132,6 +140,7 @@ func (s *shard) load() {
 	}
 	var prepared []string
 	s.mu.Lock()
+	s.sched.Loaded(int64(n), s.c.cfg.CompactAfter)
 	ids := len(s.txns)
 	for id, t := range s.txns {
 		if t.v.State == PrepareCommit || t.v.State == PrepareAbort {
@@ -153,33 +162,36 @@ func (s *shard) load() {
 }
 
 // scan reads the partition from its log start to its high watermark when
-// the scan began into s.txns; it returns how many records it read.
+// the scan began into s.txns (a tombstone, an expired id, removes its id);
+// it returns how many records it read.
 func (s *shard) scan(ctx context.Context) (int, error) {
-	n := 0
-	offset, hw := int64(0), int64(-1)
-	for hw < 0 || offset < hw {
-		recs, next, h, err := s.log.Read(ctx, offset)
+	n, _, err := s.readLog(ctx, 0, func(id string, v value, _ Record) {
+		if v.State == Dead {
+			delete(s.txns, id)
+			return
+		}
+		s.txns[id] = &txnMeta{v: v}
+	})
+	return n, err
+}
+
+// readLog reads the partition from offset from up to its high watermark
+// when the read began and calls fn with every record it can decode. It
+// returns how many records it read, decodable or not, and the offset after
+// the last.
+func (s *shard) readLog(ctx context.Context, from int64, fn func(id string, v value, r Record)) (int, int64, error) {
+	n, end, err := group.ScanLog(ctx, s.log, from, func(r Record) {
+		id, v, err := decodeRecord(r)
 		if err != nil {
-			return n, fmt.Errorf("read %s-%d at %d: %w", StateTopic, s.p, offset, err)
+			s.c.log.Warn("skipping an undecodable record", "partition", s.p, "offset", r.Offset, "err", err)
+			return
 		}
-		if hw < 0 {
-			hw = h
-		}
-		for _, r := range recs {
-			n++
-			id, v, err := decodeRecord(r)
-			if err != nil {
-				s.c.log.Warn("skipping an undecodable record", "partition", s.p, "err", err)
-				continue
-			}
-			s.txns[id] = &txnMeta{v: v}
-		}
-		if next <= offset && len(recs) == 0 {
-			break
-		}
-		offset = next
+		fn(id, v, r)
+	})
+	if err != nil {
+		return n, end, fmt.Errorf("read %s-%d %w", StateTopic, s.p, err)
 	}
-	return n, nil
+	return n, end, nil
 }
 
 // live checks, under s.mu, that this shard still coordinates id.
@@ -216,22 +228,32 @@ func (s *shard) write(ctx context.Context, id string, t *txnMeta, v value) error
 }
 
 func (s *shard) append(ctx context.Context, id string, v value) error {
+	return s.appendRecords(ctx, "transactional id "+id, []Record{encodeRecord(id, v)})
+}
+
+// appendRecords appends recs (what names them in errors) as one batch,
+// held off while a compaction runs, and counts them once committed. Errors
+// as write's.
+func (s *shard) appendRecords(ctx context.Context, what string, recs []Record) error {
+	s.writes.RLock()
+	defer s.writes.RUnlock()
 	if s.log.Term() != s.term {
 		return kerr.New(kerr.NotCoordinator, "broker %d no longer leads %s-%d", s.c.cfg.BrokerID, StateTopic, s.p)
 	}
-	_, err := s.log.Append(ctx, []Record{encodeRecord(id, v)})
+	_, err := s.log.Append(ctx, recs)
 	switch {
 	case err == nil:
+		s.sched.Wrote(len(recs))
 		return nil
 	case kerr.Is(err, kerr.NotLeaderOrFollower) || kerr.Is(err, kerr.LeaderNotAvailable) || s.log.Term() != s.term:
 		s.stale.Store(true)
-		return kerr.New(kerr.NotCoordinator, "broker %d lost the leadership of %s-%d while writing transactional id %s: %v", s.c.cfg.BrokerID, StateTopic, s.p, id, err)
+		return kerr.New(kerr.NotCoordinator, "broker %d lost the leadership of %s-%d while writing %s: %v", s.c.cfg.BrokerID, StateTopic, s.p, what, err)
 	case kerr.Is(err, kerr.NotEnoughReplicas):
 		// Nothing appended: the state is as it was.
 	default:
 		s.stale.Store(true)
 	}
-	return kerr.New(kerr.CoordinatorNotAvailable, "writing transactional id %s to %s-%d: %v", id, StateTopic, s.p, err)
+	return kerr.New(kerr.CoordinatorNotAvailable, "writing %s to %s-%d: %v", what, StateTopic, s.p, err)
 }
 
 // fenced returns PRODUCER_FENCED for a producer at epoch against t.

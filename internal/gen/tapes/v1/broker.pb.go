@@ -1480,11 +1480,16 @@ type ListOffsetsRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	// -1: latest (the high watermark); -2: earliest (the log start offset);
-	// otherwise a timestamp in milliseconds.
-	TimestampMs   int64 `protobuf:"varint,3,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// -1: latest (the high watermark; read_committed the last stable
+	// offset); -2: earliest (the log start offset); otherwise a timestamp in
+	// milliseconds (read_committed: only offsets below the last stable one).
+	TimestampMs int64 `protobuf:"varint,3,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
+	// Kafka's isolation_level of ListOffsets, as in FetchRequest: 0
+	// read_uncommitted (the default), 1 read_committed; any other value is
+	// INVALID_REQUEST.
+	IsolationLevel int32 `protobuf:"varint,4,opt,name=isolation_level,json=isolationLevel,proto3" json:"isolation_level,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListOffsetsRequest) Reset() {
@@ -1534,6 +1539,13 @@ func (x *ListOffsetsRequest) GetPartition() int32 {
 func (x *ListOffsetsRequest) GetTimestampMs() int64 {
 	if x != nil {
 		return x.TimestampMs
+	}
+	return 0
+}
+
+func (x *ListOffsetsRequest) GetIsolationLevel() int32 {
+	if x != nil {
+		return x.IsolationLevel
 	}
 	return 0
 }
@@ -2133,11 +2145,12 @@ const file_tapes_v1_broker_proto_rawDesc = "" +
 	"\vproducer_id\x18\x02 \x01(\x03R\n" +
 	"producerId\x12%\n" +
 	"\x0eproducer_epoch\x18\x03 \x01(\x05R\rproducerEpoch\x12\x16\n" +
-	"\x06commit\x18\x04 \x01(\bR\x06commit\"k\n" +
+	"\x06commit\x18\x04 \x01(\bR\x06commit\"\x94\x01\n" +
 	"\x12ListOffsetsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12!\n" +
-	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\"s\n" +
+	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\x12'\n" +
+	"\x0fisolation_level\x18\x04 \x01(\x05R\x0eisolationLevel\"s\n" +
 	"\x13ListOffsetsResponse\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12!\n" +
 	"\ftimestamp_ms\x18\x02 \x01(\x03R\vtimestampMs\x12!\n" +
