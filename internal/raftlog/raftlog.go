@@ -48,8 +48,8 @@ var (
 	ErrClosed = errors.New("raft log closed")
 	// ErrGroupOpen: Log.Group was called for a group whose view is open.
 	ErrGroupOpen = errors.New("raft log group already open")
-	// ErrGap: StoreLogs was given entries that do not follow the group's
-	// last one (or are not consecutive); raft never does that.
+	// ErrGap: StoreLogs was given entries that are not consecutive; raft
+	// never does that.
 	ErrGap = errors.New("raft log entries not consecutive")
 	// ErrHole: DeleteRange of neither a prefix nor a suffix; raft never
 	// does that.

@@ -20,7 +20,15 @@ type Store struct {
 	closed atomic.Bool
 }
 
-var _ raft.LogStore = (*Store)(nil)
+var (
+	_ raft.LogStore          = (*Store)(nil)
+	_ raft.MonotonicLogStore = (*Store)(nil)
+)
+
+// IsMonotonic tells raft that a group holds only consecutive entries, so
+// that after installing or restoring a snapshot it removes every older
+// entry instead of keeping TrailingLogs of them below a gap.
+func (s *Store) IsMonotonic() bool { return true }
 
 // Group opens the view of group name (created empty if the log has none).
 // One view per group may be open at a time.
@@ -132,7 +140,11 @@ func (s *Store) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l})
 
 // StoreLogs appends consecutive entries; the first may replace the
 // group's entries from its index on (raft deletes a conflicting suffix
-// first). It returns once they are on disk.
+// first). A first entry past the group's last one plus one restarts the
+// group there: raft appends past a gap only after a snapshot that covers
+// everything before it (a follower that installed the leader's snapshot,
+// or crashed before removing its older entries), and the group keeps
+// only consecutive entries. It returns once they are on disk.
 func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -145,13 +157,10 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		size += bodySize(l)
 	}
 	s.l.mu.RLock()
-	_, last, err := s.state()
+	_, _, err := s.state()
 	s.l.mu.RUnlock()
 	if err != nil {
 		return err
-	}
-	if last != 0 && logs[0].Index > last+1 {
-		return fmt.Errorf("%w: group %s: entry %d after %d", ErrGap, s.g.name, logs[0].Index, last)
 	}
 	buf, start := appendHeader(make([]byte, 0, size), kindEntries, s.g.name)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(logs)))
