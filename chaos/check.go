@@ -208,6 +208,7 @@ func checkRunInput(dir string, set map[string]bool, in *check.Input) (*checkRun,
 	if !set["sink"] {
 		in.SinkDB = rin.SinkDB
 	}
+	in.HungLSOAfter = rin.HungLSOAfter
 	run := &checkRun{dir: dir, rec: rec, expectFrom: "--expect"}
 	switch {
 	case set["expect"]:

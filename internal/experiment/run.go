@@ -181,7 +181,7 @@ func Run(ctx context.Context, x *Experiment, o Options) (*Outcome, error) {
 	in.HungLSOAfter = e.hungLSOAfter
 	e.mu.Unlock()
 	in.Expect = x.Expect
-	rec := RecordedCheck{Experiment: x.Name, Expect: x.Expect}
+	rec := RecordedCheck{Experiment: x.Name, Expect: x.Expect, HungLSOAfterMS: in.HungLSOAfter.Milliseconds()}
 	if len(e.topics) == 1 {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		in.Log, in.LogStart, err = check.ReadTopic(rctx, cl, e.topics[0])

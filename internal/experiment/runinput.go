@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/tapes-dev/tapes/internal/check"
 )
@@ -30,9 +31,12 @@ type RecordedCheck struct {
 	Expect     check.Expectation `json:"expect"`
 	// Topic is the topic read in full ("" when the run did no full read:
 	// it created several topics, or none).
-	Topic    string                      `json:"topic,omitempty"`
-	LogStart map[int32]int64             `json:"log_start,omitempty"`
-	Log      map[int32][]check.LogRecord `json:"log,omitempty"`
+	Topic string `json:"topic,omitempty"`
+	// HungLSOAfterMS is the checker's hung-lso threshold in milliseconds
+	// (0: check.DefaultHungLSOAfter).
+	HungLSOAfterMS int64                       `json:"hung_lso_after_ms,omitempty"`
+	LogStart       map[int32]int64             `json:"log_start,omitempty"`
+	Log            map[int32][]check.LogRecord `json:"log,omitempty"`
 }
 
 // IsRunDir reports whether dir is the output directory of a run.
@@ -64,6 +68,7 @@ func RunInput(dir string) (in check.Input, rec *RecordedCheck, err error) {
 		return in, nil, fmt.Errorf("%s: %w", filepath.Join(dir, CheckInputFile), err)
 	}
 	in.Expect, in.Log, in.LogStart = rec.Expect, rec.Log, rec.LogStart
+	in.HungLSOAfter = time.Duration(rec.HungLSOAfterMS) * time.Millisecond
 	return in, rec, nil
 }
 
