@@ -12,7 +12,6 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/replication"
-	"github.com/tapes-dev/tapes/internal/txn"
 )
 
 // Config is a broker's configuration. Zero durations take defaults in
@@ -115,9 +114,6 @@ type TxnConfig struct {
 	// partition may hold before its coordinator compacts it (as
 	// Groups.OffsetsCompactAfter); 0 never compacts.
 	StateCompactAfter int64
-	// IDExpiration is transactional.id.expiration.ms: an id unused for
-	// longer (no transaction open) is removed.
-	IDExpiration time.Duration
 }
 
 // Configuration errors. ValidateConfig wraps one of them with the offending
@@ -183,7 +179,6 @@ func DefaultConfig() Config {
 			MaxTimeout:                  15 * time.Minute,
 			AbortTimedOutInterval:       time.Second,
 			StateCompactAfter:           50_000,
-			IDExpiration:                txn.DefaultIDExpiration,
 		},
 	}
 }
@@ -266,9 +261,8 @@ func ValidateConfig(c *Config) error {
 		return fmt.Errorf("%w: state topic partitions %d, replication factor %d, max timeout %v, abort check interval %v (each positive)",
 			ErrTxnConfig, x.StateTopicPartitions, x.StateTopicReplicationFactor, x.MaxTimeout, x.AbortTimedOutInterval)
 	}
-	if x := c.Transactions; x.StateCompactAfter < 0 || x.IDExpiration <= 0 {
-		return fmt.Errorf("%w: state compact after %d records (0 or more), transactional id expiration %v (positive)",
-			ErrTxnConfig, x.StateCompactAfter, x.IDExpiration)
+	if x := c.Transactions; x.StateCompactAfter < 0 {
+		return fmt.Errorf("%w: state compact after %d records (0 or more)", ErrTxnConfig, x.StateCompactAfter)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
