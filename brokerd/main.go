@@ -109,6 +109,7 @@ func run(args []string) error {
 	fs.IntVar(&def.Transactions.StateTopicReplicationFactor, "transaction-state-replication-factor", def.Transactions.StateTopicReplicationFactor, "replication factor of __transaction_state (capped at the number of brokers; min.insync.replicas 2 from 3 on)")
 	fs.DurationVar(&def.Transactions.MaxTimeout, "transaction-max-timeout", def.Transactions.MaxTimeout, "longest transaction.timeout.ms a producer may ask for (transaction.max.timeout.ms)")
 	fs.DurationVar(&def.Transactions.AbortTimedOutInterval, "transaction-abort-check-interval", def.Transactions.AbortTimedOutInterval, "how often the coordinator aborts transactions past their timeout (transaction.abort.timed.out.transaction.cleanup.interval.ms)")
+	fs.DurationVar(&def.Transactions.IDExpiration, "transactional-id-expiration", def.Transactions.IDExpiration, "how long a transactional id may go unused (no transaction open, no InitProducerId) before the coordinator removes it (transactional.id.expiration.ms)")
 	fs.Int64Var(&def.Transactions.StateCompactAfter, "transaction-state-compact-after", def.Transactions.StateCompactAfter, "records a __transaction_state partition may hold before its coordinator rewrites the latest record of each transactional id and moves the log start past the rest (0: never; Kafka runs its log cleaner instead)")
 	if err := fs.Parse(args); err != nil {
 		return err

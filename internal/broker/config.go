@@ -12,6 +12,7 @@ import (
 
 	"github.com/tapes-dev/tapes/internal/metadata"
 	"github.com/tapes-dev/tapes/internal/replication"
+	"github.com/tapes-dev/tapes/internal/txn"
 )
 
 // Config is a broker's configuration. Zero durations take defaults in
@@ -114,6 +115,9 @@ type TxnConfig struct {
 	// partition may hold before its coordinator compacts it (as
 	// Groups.OffsetsCompactAfter); 0 never compacts.
 	StateCompactAfter int64
+	// IDExpiration is transactional.id.expiration.ms: an id unused for
+	// longer (no transaction open) is removed.
+	IDExpiration time.Duration
 }
 
 // Configuration errors. ValidateConfig wraps one of them with the offending
@@ -179,6 +183,7 @@ func DefaultConfig() Config {
 			MaxTimeout:                  15 * time.Minute,
 			AbortTimedOutInterval:       time.Second,
 			StateCompactAfter:           50_000,
+			IDExpiration:                txn.DefaultIDExpiration,
 		},
 	}
 }
@@ -261,8 +266,9 @@ func ValidateConfig(c *Config) error {
 		return fmt.Errorf("%w: state topic partitions %d, replication factor %d, max timeout %v, abort check interval %v (each positive)",
 			ErrTxnConfig, x.StateTopicPartitions, x.StateTopicReplicationFactor, x.MaxTimeout, x.AbortTimedOutInterval)
 	}
-	if x := c.Transactions; x.StateCompactAfter < 0 {
-		return fmt.Errorf("%w: state compact after %d records (0 or more)", ErrTxnConfig, x.StateCompactAfter)
+	if x := c.Transactions; x.StateCompactAfter < 0 || x.IDExpiration <= 0 {
+		return fmt.Errorf("%w: state compact after %d records (0 or more), transactional id expiration %v (positive)",
+			ErrTxnConfig, x.StateCompactAfter, x.IDExpiration)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

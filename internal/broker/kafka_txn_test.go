@@ -257,4 +257,17 @@ func TestKafkaTransactionsInThePartition(t *testing.T) {
 	if got := codes(markers(marker(aborting, epochA, true, 0))); !slices.Equal(got[0], []int16{fkerr.InvalidProducerEpoch.Code}) {
 		t.Fatalf("marker of the fenced epoch %d: %v", epochA, got)
 	}
+
+	// A coordinator of epoch 3 writes a marker; one of epoch 2 (deposed,
+	// still completing) is then TRANSACTION_COORDINATOR_FENCED, as
+	// Kafka's partition answers it.
+	m := marker(aborting, epochA+1, false, 0)
+	m.CoordinatorEpoch = 3
+	if got := codes(markers(m)); !slices.Equal(got[0], []int16{0}) {
+		t.Fatalf("marker of coordinator epoch 3: %v", got)
+	}
+	m.CoordinatorEpoch = 2
+	if got := codes(markers(m)); !slices.Equal(got[0], []int16{fkerr.TransactionCoordinatorFenced.Code}) {
+		t.Fatalf("marker of coordinator epoch 2 after 3: %v", got)
+	}
 }

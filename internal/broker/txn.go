@@ -49,6 +49,7 @@ func (b *Broker) newTxnCoordinator() (*txn.Coordinator, error) {
 		MaxTimeout:      b.cfg.Transactions.MaxTimeout,
 		Tick:            b.cfg.Transactions.AbortTimedOutInterval,
 		CompactAfter:    b.cfg.Transactions.StateCompactAfter,
+		IDExpiration:    b.cfg.Transactions.IDExpiration,
 		Logger:          b.log.With("component", "txn-coordinator"),
 	})
 }

@@ -158,7 +158,7 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 
 // applyBatch applies one batch entry and says how many records it appended.
 // A control batch (a transaction marker, WriteMarker) is checked against the
-// producer's epoch only; a producer's batch against its epoch and
+// producer's epoch and its last marker's coordinator epoch; a producer's batch against its epoch and
 // sequences.
 func (f *fsm) applyBatch(index uint64, b storage.Batch) (applyResult, int) {
 	p, count := b.Producer(), b.Count()
@@ -167,7 +167,7 @@ func (f *fsm) applyBatch(index uint64, b storage.Batch) (applyResult, int) {
 	case b.Control():
 		mk, err := markerOf(b)
 		if err == nil {
-			err = f.producers.checkMarker(p)
+			err = f.producers.checkMarker(p, mk)
 		}
 		if err != nil {
 			return applyResult{baseOffset: -1, err: err}, 0

@@ -39,6 +39,10 @@ type producerEntry struct {
 	// marker), -1 when none. Invariant: txnFirst >= 0 exactly when the
 	// producer is in producerState.ongoing with that offset.
 	txnFirst int64
+	// coordEpoch is the coordinator epoch of the producer's last marker
+	// here, -1 before any: a marker of an older one comes from a deposed
+	// transaction coordinator (checkMarker).
+	coordEpoch int32
 }
 
 // producerState is the idempotent producers' state of one partition. It is
@@ -117,12 +121,20 @@ func (ps *producerState) position(id int64) (seqPos, bool) {
 	return seqPos{epoch: e.epoch, next: nextSequence(e.batches[len(e.batches)-1].lastSeq)}, true
 }
 
-// checkMarker decides whether a marker of p may be appended: not with an
-// epoch older than the producer's current one (INVALID_PRODUCER_EPOCH, as
-// Kafka's partition answers the coordinator).
-func (ps *producerState) checkMarker(p storage.ProducerInfo) error {
-	if e := ps.m[p.ID]; e != nil && p.Epoch < e.epoch {
+// checkMarker decides whether marker mk of p may be appended: not with an
+// epoch older than the producer's current one (INVALID_PRODUCER_EPOCH),
+// nor from a coordinator epoch older than that of the producer's last
+// marker here (TRANSACTION_COORDINATOR_FENCED: a deposed coordinator), as
+// Kafka's partition answers the coordinator (ProducerAppendInfo.appendEndTxnMarker).
+func (ps *producerState) checkMarker(p storage.ProducerInfo, mk *recordbatch.Marker) error {
+	e := ps.m[p.ID]
+	switch {
+	case e == nil:
+	case p.Epoch < e.epoch:
 		return kerr.New(kerr.InvalidProducerEpoch, "marker for producer %d at epoch %d is older than the current epoch %d", p.ID, p.Epoch, e.epoch)
+	case mk.CoordinatorEpoch < e.coordEpoch:
+		return kerr.New(kerr.TransactionCoordinatorFenced, "marker for producer %d from coordinator epoch %d: a coordinator of epoch %d wrote its last marker here (this one is a zombie)",
+			p.ID, mk.CoordinatorEpoch, e.coordEpoch)
 	}
 	return nil
 }
@@ -144,7 +156,7 @@ func (ps *producerState) record(m storage.BatchMeta, marker *recordbatch.Marker,
 	}
 	e := ps.m[p.ID]
 	if e == nil {
-		e = &producerEntry{epoch: p.Epoch, txnFirst: -1}
+		e = &producerEntry{epoch: p.Epoch, txnFirst: -1, coordEpoch: -1}
 		ps.m[p.ID] = e
 	}
 	e.last = m.BaseOffset
@@ -159,7 +171,7 @@ func (ps *producerState) record(m storage.BatchMeta, marker *recordbatch.Marker,
 		if !marker.Commit {
 			ps.aborted = append(ps.aborted, AbortedTxn{ProducerID: p.ID, FirstOffset: first, LastOffset: m.BaseOffset})
 		}
-		e.txnFirst = -1
+		e.txnFirst, e.coordEpoch = -1, marker.CoordinatorEpoch
 		delete(ps.ongoing, p.ID)
 		return
 	}

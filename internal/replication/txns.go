@@ -55,7 +55,9 @@ type Marker struct {
 // epoch (fencing older ones) and ends its open transaction here, if any:
 // a marker for a producer without one is written all the same, as Kafka
 // does. A marker whose epoch is older than the producer's current one is
-// refused (INVALID_PRODUCER_EPOCH, nothing written). The ready leader only
+// refused (INVALID_PRODUCER_EPOCH, nothing written), and so is one whose
+// coordinator epoch is older than that of the producer's last marker here
+// (TRANSACTION_COORDINATOR_FENCED). The ready leader only
 // (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE otherwise); REQUEST_TIMED_OUT
 // when ctx ends first (the marker may still commit). Safe for concurrent
 // use; it blocks until the outcome is known or ctx is done. The partition

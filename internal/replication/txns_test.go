@@ -55,7 +55,7 @@ func stateOfProducers(ps *producerState) string {
 	var b bytes.Buffer
 	for _, id := range ids {
 		e := ps.m[id]
-		fmt.Fprintf(&b, "p%d epoch %d batches %v last %d txn %d; ", id, e.epoch, e.batches, e.last, e.txnFirst)
+		fmt.Fprintf(&b, "p%d epoch %d batches %v last %d txn %d coordinator %d; ", id, e.epoch, e.batches, e.last, e.txnFirst, e.coordEpoch)
 	}
 	fmt.Fprintf(&b, "ongoing %v aborted %v end %d", ps.ongoing, ps.aborted, ps.end)
 	return b.String()

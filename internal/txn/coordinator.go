@@ -52,8 +52,12 @@ var (
 	ErrNoMarkers     = errors.New("txn: Config.Markers is required")
 	ErrBadMaxTimeout = errors.New("txn: Config.MaxTimeout must be > 0")
 	ErrBadCompact    = errors.New("txn: Config.CompactAfter must be >= 0")
+	ErrBadExpiration = errors.New("txn: Config.IDExpiration must be >= 0")
 	ErrPartitionGone = errors.New("txn: partition no longer exists")
 )
+
+// DefaultIDExpiration is Kafka's default transactional.id.expiration.ms.
+const DefaultIDExpiration = 7 * 24 * time.Hour
 
 // Config configures a Coordinator.
 type Config struct {
@@ -88,6 +92,10 @@ type Config struct {
 	// each id and moves the log start past the rest (compact.go). 0 never
 	// compacts.
 	CompactAfter int64
+	// IDExpiration is Kafka's transactional.id.expiration.ms: an id in
+	// Empty, CompleteCommit or CompleteAbort whose state has not changed
+	// for longer is removed (expire.go). 7 days when 0.
+	IDExpiration time.Duration
 	// Now is the clock (time.Now when nil).
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -108,6 +116,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: %v", ErrBadMaxTimeout, c.MaxTimeout)
 	case c.CompactAfter < 0:
 		return fmt.Errorf("%w: %d", ErrBadCompact, c.CompactAfter)
+	case c.IDExpiration < 0:
+		return fmt.Errorf("%w: %v", ErrBadExpiration, c.IDExpiration)
+	}
+	if c.IDExpiration == 0 {
+		c.IDExpiration = DefaultIDExpiration
 	}
 	if c.Tick <= 0 {
 		c.Tick = time.Second
@@ -190,6 +203,7 @@ func (c *Coordinator) tick() {
 	for p := int32(0); p < n; p++ {
 		if s := c.current(p); s != nil && s.loaded() {
 			s.abortTimedOut(now)
+			s.expireIDs(now)
 			s.maybeCompact()
 		}
 	}

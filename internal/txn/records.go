@@ -94,6 +94,13 @@ func encodeRecord(id string, v value) Record {
 	return Record{Key: kb, Value: vb}
 }
 
+// tombstone is the record that removes id (Kafka's, null value).
+func tombstone(id string) Record {
+	r := encodeRecord(id, value{})
+	r.Value = nil
+	return r
+}
+
 // decodeRecord decodes r; a tombstone decodes as state Dead.
 func decodeRecord(r Record) (string, value, error) {
 	var k recordKey
