@@ -159,22 +159,7 @@ func runPerf(args []string, stdout, stderr io.Writer) error {
 	}
 
 	stats = producer.NewPerfStats(o.numRecords, time.Now())
-	reportDone := make(chan struct{})
-	var reportWG sync.WaitGroup
-	reportWG.Add(1)
-	go func() {
-		defer reportWG.Done()
-		t := time.NewTicker(o.interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-reportDone:
-				return
-			case now := <-t.C:
-				fmt.Fprintln(stdout, stats.Window(now))
-			}
-		}
-	}()
+	stopReport := stats.Report(stdout, o.interval)
 	var pc pacer
 	pc.reset(max(o.throughput, 0), time.Now())
 	var sendErr error
@@ -205,8 +190,7 @@ send:
 		}
 	}()
 	prod.Close(closeCtx)
-	close(reportDone)
-	reportWG.Wait()
+	stopReport()
 	fmt.Fprintln(stdout, stats.Total(time.Now()).Line())
 	if sendErr != nil {
 		return sendErr

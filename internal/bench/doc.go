@@ -5,8 +5,9 @@
 // partitions, `producerd perf` for acks 0, 1 and all (idempotent), a
 // rebalance's cost per assignor, a group coordinator's failover with
 // and without compaction of __consumer_offsets, and Apache Kafka's
-// kafka-producer-perf-test against the Kafka listeners beside `producerd
-// perf` against gRPC on one cluster (TestBenchKafkaPerf); the cost as work
+// kafka-producer-perf-test and a franz-go producer against the Kafka
+// listeners beside `producerd perf` against gRPC on one cluster
+// (TestBenchKafkaPerf); the cost as work
 // grows: acks=all records/s for 1, 6, 24 and 96 partitions
 // (TestBenchScaleProduce), the start, idle CPU, RSS, goroutines and open
 // files, and a leader's SIGKILL at 100 and 1,000 partitions

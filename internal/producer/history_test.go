@@ -129,6 +129,31 @@ func TestPerfStatsLinesHaveKafkasShape(t *testing.T) {
 	}
 }
 
+// Report writes a window's line every interval, the records of that
+// window only, and nothing once stopped.
+func TestPerfStatsReportEveryInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewPerfStats(100, time.Now())
+		var out bytes.Buffer // read after stop, which waits for the writer
+		stop := s.Report(&out, 2*time.Second)
+		for range 10 {
+			s.Record(4*time.Millisecond, 100)
+		}
+		time.Sleep(3 * time.Second) // one line, at 2 s
+		for range 30 {
+			s.Record(2*time.Millisecond, 100)
+		}
+		time.Sleep(2 * time.Second) // the second, at 4 s
+		stop()
+		time.Sleep(10 * time.Second)
+		want := "10 records sent, 5.0 records/sec (0.00 MB/sec), 4.0 ms avg latency, 4.0 ms max latency.\n" +
+			"30 records sent, 15.0 records/sec (0.00 MB/sec), 2.0 ms avg latency, 2.0 ms max latency.\n"
+		if got := out.String(); got != want {
+			t.Fatalf("lines\n%s\nwant\n%s", got, want)
+		}
+	})
+}
+
 func TestHistoryLineOfASaltedRecordCarriesItsSaltAndKeySeq(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "h.jsonl")
 	h, err := CreateHistory(path, -1)

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -84,6 +85,30 @@ func (s *PerfStats) Window(now time.Time) string {
 		s.wCount, float64(s.wCount)/el, float64(s.wBytes)/mib/el, avg, ms(s.wMax))
 	s.wStart, s.wCount, s.wBytes, s.wTotal, s.wMax = now, 0, 0, 0, 0
 	return line
+}
+
+// Report writes the progress line (Window) to w every interval, in a
+// goroutine, until stop is called; stop returns once that goroutine has
+// ended, so no line follows it.
+func (s *PerfStats) Report(w io.Writer, interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				fmt.Fprintln(w, s.Window(now))
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // Summary is the whole run's figures.
