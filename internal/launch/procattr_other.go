@@ -2,7 +2,11 @@
 
 package launch
 
-import "syscall"
+import (
+	"os/exec"
+	"syscall"
+	"time"
+)
 
 // childAttrs puts a broker in its own process group, so that a terminal's
 // Ctrl-C reaches only the launcher, which then stops the brokers itself.
@@ -11,3 +15,7 @@ import "syscall"
 func childAttrs() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// startWithTimerSlack starts cmd; this system has no per-thread timer slack
+// to hand down.
+func startWithTimerSlack(cmd *exec.Cmd, _ time.Duration) error { return cmd.Start() }
