@@ -14,7 +14,11 @@
 // (TestBenchScalePartitions); and the grid that chose producerd's batching
 // defaults (TestBenchProducerDefaults); with TAPES_BENCH_JETSTREAM (a
 // jsbench binary), NATS JetStream R3's async publish after
-// TestBenchProducerPerf's rows, tapes' cluster stopped. Under every observed row it prints
+// TestBenchProducerPerf's rows, tapes' cluster stopped; with
+// TAPES_BENCH_KAFKA_PEER (a copy of ../shared/peers/kafka), Apache Kafka's
+// row in TestBenchKafkaPerf and, after TestBenchFailover's and
+// TestBenchIdleCPU's rows (tapes' cluster stopped), the peer's own failover
+// and idle scenarios and the ratios tapes / Kafka. Under every observed row it prints
 // the machine's load (load average, other processes' CPU). It starts with the disk's
 // fsync rate; under each produce row it prints every broker's fsyncs/s (its
 // tapes_fsyncs_total), CPU and the top functions of a CPU profile taken

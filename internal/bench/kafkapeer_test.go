@@ -8,7 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +33,10 @@ type kafkaPeer struct {
 	bootstrap []string
 	brokers   []int // the three broker JVMs' PIDs (the harness's children)
 	adm       *kadm.Client
+
+	read     chan struct{} // closed once the harness's stdout is read to its end
+	mu       sync.Mutex
+	nodeDirs []string // every node directory a cluster line named (a broker's command line holds its own)
 }
 
 // peerCluster is what the harness's `cluster` JSON line says of the nodes.
@@ -37,7 +44,8 @@ type peerCluster struct {
 	Scenario  string `json:"scenario"`
 	Bootstrap string `json:"bootstrap"`
 	Nodes     []struct {
-		PID int `json:"pid"`
+		PID int    `json:"pid"`
+		Dir string `json:"dir"`
 	} `json:"nodes"`
 }
 
@@ -48,52 +56,7 @@ type peerCluster struct {
 func startKafkaPeer(t *testing.T, dir string) *kafkaPeer {
 	t.Helper()
 	script := filepath.Join(dir, "kafka3.sh")
-	if _, err := os.Stat(script); err != nil {
-		t.Fatalf("TAPES_BENCH_KAFKA_PEER=%s: %v (it must be a copy of ../shared/peers/kafka)", dir, err)
-	}
-	p := &kafkaPeer{exited: make(chan struct{}), log: filepath.Join(t.TempDir(), "kafka3.log")}
-	logf, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.harness = exec.Command(script, "up")
-	p.harness.Dir = dir
-	p.harness.Stdout, p.harness.Stderr = w, logf
-	err = p.harness.Start()
-	w.Close()
-	if err != nil {
-		r.Close()
-		t.Fatalf("%s up: %v", script, err)
-	}
-	go func() {
-		p.harness.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		if err := p.stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	found := make(chan peerCluster, 1)
-	go func() { // reads stdout (JSON lines) until the harness exits
-		defer r.Close()
-		sc := bufio.NewScanner(r)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			var c peerCluster
-			if json.Unmarshal(sc.Bytes(), &c) == nil && c.Scenario == "cluster" {
-				select {
-				case found <- c:
-				default:
-				}
-			}
-		}
-	}()
+	p, found := startPeerHarness(t, dir, "up")
 	select {
 	case c := <-found:
 		p.bootstrap = strings.Split(c.Bootstrap, ",")
@@ -114,6 +77,105 @@ func startKafkaPeer(t *testing.T, dir string) *kafkaPeer {
 	}
 	p.adm = kadm.NewClient(cl)
 	return p
+}
+
+// startPeerHarness starts dir/kafka3.sh with args, its stderr in p.log,
+// and returns at once. Its stdout is read for JSON lines until it exits:
+// the node directories of every cluster line are kept (stop looks for
+// brokers left behind by them), and the first cluster line is sent on the
+// channel. stop runs at the end of the test.
+func startPeerHarness(t *testing.T, dir string, args ...string) (*kafkaPeer, <-chan peerCluster) {
+	t.Helper()
+	script := filepath.Join(dir, "kafka3.sh")
+	if _, err := os.Stat(script); err != nil {
+		t.Fatalf("TAPES_BENCH_KAFKA_PEER=%s: %v (it must be a copy of ../shared/peers/kafka)", dir, err)
+	}
+	p := &kafkaPeer{exited: make(chan struct{}), read: make(chan struct{}), log: filepath.Join(t.TempDir(), "kafka3.log")}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.harness = exec.Command(script, args...)
+	p.harness.Dir = dir
+	p.harness.Stdout, p.harness.Stderr = w, logf
+	err = p.harness.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
+		t.Fatalf("%s %s: %v", script, strings.Join(args, " "), err)
+	}
+	go func() {
+		p.harness.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		if err := p.stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	found := make(chan peerCluster, 1)
+	go func() { // reads stdout (JSON lines) until the harness exits
+		defer close(p.read)
+		defer r.Close()
+		sc := bufio.NewScanner(r)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var c peerCluster
+			if json.Unmarshal(sc.Bytes(), &c) == nil && c.Scenario == "cluster" {
+				p.mu.Lock()
+				for _, n := range c.Nodes {
+					p.nodeDirs = append(p.nodeDirs, n.Dir)
+				}
+				p.mu.Unlock()
+				select {
+				case found <- c:
+				default:
+				}
+			}
+		}
+	}()
+	return p, found
+}
+
+// runKafkaPeerBench runs `dir/kafka3.sh bench SCENARIO -runs 1 -json FILE
+// flags...`: one pass on a fresh 3-broker cluster that the harness starts
+// and stops itself. It waits at most limit for the harness to exit, checks
+// that no broker of its cluster is left (stop), and returns FILE's JSON
+// lines and the command (with FILE as "FILE").
+func runKafkaPeerBench(t *testing.T, dir string, limit time.Duration, scenario string, flags ...string) (jsonl, command string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "kafka3.jsonl")
+	args := append([]string{"bench", scenario, "-runs", "1", "-json", file}, flags...)
+	command = filepath.Join(dir, "kafka3.sh") + " " + strings.Join(append([]string{"bench", scenario, "-runs", "1", "-json", "FILE"}, flags...), " ")
+	p, _ := startPeerHarness(t, dir, args...)
+	select {
+	case <-p.exited:
+	case <-time.After(limit):
+		if err := p.stop(); err != nil {
+			t.Error(err)
+		}
+		t.Fatalf("%s: not done within %v (stopped it)\n%s", command, limit, tail(p.log, 30))
+	}
+	if err := p.stop(); err != nil {
+		t.Error(err)
+	}
+	if !p.harness.ProcessState.Success() {
+		t.Fatalf("%s: %v\n%s", command, p.harness.ProcessState, tail(p.log, 30))
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", command, err, tail(p.log, 30))
+	}
+	p.mu.Lock()
+	fmt.Printf("    stopped Apache Kafka: harness PID %d exited, no kafka.Kafka process of its nodes (%s) left\n",
+		p.harness.Process.Pid, strings.Join(p.nodeDirs, ", "))
+	p.mu.Unlock()
+	return string(b), command
 }
 
 // createTopic creates topic with partitions, RF 3 and
@@ -192,8 +254,10 @@ func (p *kafkaPeer) stored(topic string) (int64, error) {
 
 // stop asks the harness to stop (SIGTERM to its PID: it stops its brokers
 // by PID, SIGKILL after 5 s, and removes its directory), SIGKILLs it after
-// 30 s, then checks by PID that no broker it started is left, SIGKILLing
-// any that is and saying so. Safe to call twice.
+// 30 s, then checks that no broker it started is left (by the PIDs of the
+// cluster line, and by the node directories in the command lines of
+// kafka.Kafka processes, for brokers it restarted), SIGKILLing any that is
+// and saying so. Safe to call twice.
 func (p *kafkaPeer) stop() error {
 	if p.adm != nil {
 		p.adm.Close()
@@ -210,8 +274,16 @@ func (p *kafkaPeer) stop() error {
 			<-p.exited
 		}
 	}
+	select { // every cluster line read (unless a survivor still holds stdout)
+	case <-p.read:
+	case <-time.After(5 * time.Second):
+	}
+	p.mu.Lock()
+	pids := append(slices.Clone(p.brokers), kafkaBrokersIn(p.nodeDirs)...)
+	p.mu.Unlock()
+	slices.Sort(pids)
 	var left []string
-	for _, pid := range p.brokers {
+	for _, pid := range slices.Compact(pids) {
 		if kafkaBrokerRunning(pid) {
 			left = append(left, fmt.Sprint(pid))
 			syscall.Kill(pid, syscall.SIGKILL)
@@ -221,6 +293,35 @@ func (p *kafkaPeer) stop() error {
 		return fmt.Errorf("Kafka brokers still running after their harness exited (now sent SIGKILL): PIDs %s", strings.Join(left, ", "))
 	}
 	return nil
+}
+
+// kafkaBrokersIn lists the live Kafka broker JVMs whose command line
+// names a file under one of nodeDirs (a broker runs kafka.Kafka
+// DIR/server.properties): those of a cluster the harness started,
+// restarted ones included, whose PIDs its JSON does not give.
+func kafkaBrokersIn(nodeDirs []string) []int {
+	if len(nodeDirs) == 0 {
+		return nil
+	}
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !strings.Contains(string(b), "kafka.Kafka") {
+			continue
+		}
+		for _, d := range nodeDirs {
+			if d != "" && strings.Contains(string(b), d+"/") {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
 }
 
 // kafkaBrokerRunning says whether pid is a live Kafka broker JVM (its
