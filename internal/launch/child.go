@@ -175,18 +175,16 @@ func (c *Cluster) spawn(ch *child, ls *brokerListeners) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = extra
 	cmd.Env = append(append(os.Environ(), c.env...), ch.env...)
-	if ch.kind == "broker" && os.Getenv("GOMAXPROCS") == "" && !hasEnv(c.env, "GOMAXPROCS") {
+	if ch.kind == "broker" {
 		// The brokers of one launcher share this machine's cores: each gets
 		// its share, at least one. On 2 cores and 3 brokers that is one,
 		// which cut idle CPU by a quarter and cost no throughput (bench).
-		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/len(c.children))))
-	}
-	if ch.kind == "broker" && os.Getenv("GOGC") == "" && !hasEnv(c.env, "GOGC") {
+		cmd.Env = c.defaultEnv(cmd.Env, "GOMAXPROCS", strconv.Itoa(max(1, runtime.NumCPU()/len(c.children))))
 		// An idle broker's live heap is small (7 MB at 100 partitions), so
 		// at GOGC=100 its heartbeats' garbage started a collection every
 		// few seconds: 7% of its idle CPU (TestBenchIdleCPU, ARCHITECTURE
 		// "Idle cost").
-		cmd.Env = append(cmd.Env, fmt.Sprintf("GOGC=%d", brokerGOGC))
+		cmd.Env = c.defaultEnv(cmd.Env, "GOGC", strconv.Itoa(brokerGOGC))
 	}
 	cmd.SysProcAttr = childAttrs()
 	start := cmd.Start
@@ -431,6 +429,15 @@ const brokerGOGC = 400
 // Against Raft's 500 ms timeouts 5 ms is 1%, on leaders' and followers'
 // timers alike; network events are not delayed.
 const BrokerTimerSlack = 5 * time.Millisecond
+
+// defaultEnv appends key=value to env unless the launcher's own
+// environment or Options.Env sets key.
+func (c *Cluster) defaultEnv(env []string, key, value string) []string {
+	if os.Getenv(key) != "" || hasEnv(c.env, key) {
+		return env
+	}
+	return append(env, key+"="+value)
+}
 
 // hasEnv reports whether env sets key.
 func hasEnv(env []string, key string) bool {
