@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -50,6 +49,19 @@ type jsRun struct {
 
 var jsServerPID = regexp.MustCompile(`^pid (\d+) `)
 
+// jsonLines is the non-empty lines, trimmed, of a tool's output of one
+// JSON object a line (jsbench's stdout, the Kafka peer harness's -json
+// file).
+func jsonLines(out string) []string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
 // parseJetStream reads jsbench's stdout (one JSON object a line) and
 // returns its Replicas=3 async_publish row and the servers' PIDs. A row
 // that was skipped, capped, timed out or had a publish error is refused:
@@ -57,13 +69,7 @@ var jsServerPID = regexp.MustCompile(`^pid (\d+) `)
 func parseJetStream(stdout string) (jsRun, error) {
 	var run jsRun
 	found := false
-	sc := bufio.NewScanner(strings.NewReader(stdout))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
+	for _, line := range jsonLines(stdout) {
 		var r jsResult
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			return jsRun{}, fmt.Errorf("jsbench line %q: %v", line, err)
@@ -81,9 +87,6 @@ func parseJetStream(stdout string) (jsRun, error) {
 		case r.Scenario == "async_publish" && r.Replicas == 3:
 			run.async, found = r, true
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return jsRun{}, err
 	}
 	a := run.async
 	switch {

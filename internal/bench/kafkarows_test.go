@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -100,13 +99,7 @@ func (i kafkaIdle) perPartition() float64 { return i.CPUTotal / float64(i.Partit
 // decodes it into row. A row with an error (the harness's "error" field:
 // a round that failed, fewer rounds than asked, ...) is refused with it.
 func kafkaRow(jsonl, scenario string, row any) error {
-	sc := bufio.NewScanner(strings.NewReader(jsonl))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
+	for _, line := range jsonLines(jsonl) {
 		var head kafkaLoad
 		if err := json.Unmarshal([]byte(line), &head); err != nil {
 			return fmt.Errorf("kafkabench line %q: %v", line, err)
