@@ -346,13 +346,13 @@ func TestBenchIdleCPU(t *testing.T) {
 		total += used
 		per = append(per, fmt.Sprintf("%s %.1f%%", b.Name, 100*used/window.Seconds()))
 	}
+	tapesPct := 100 * total / window.Seconds()
 	fmt.Printf("\nidle CPU, %d partitions (RF 3), 3 brokers, %v window: %.1f%% of one core for the whole cluster (%s)\n",
-		parts, window, 100*total/window.Seconds(), strings.Join(per, ", "))
+		parts, window, tapesPct, strings.Join(per, ", "))
 	var rss []string
 	for _, b := range e.Brokers() {
 		rss = append(rss, fmt.Sprintf("%s %.0f MiB", b.Name, float64(procStatusKiB(b.PID, "VmRSS"))/1024))
 	}
-	tapesPct := 100 * total / window.Seconds()
 	fmt.Printf("  tapes: %.3f%% of one core per partition; RSS %s\n", tapesPct/float64(parts), strings.Join(rss, ", "))
 	dir := kafkaPeerDir("the peer's idle scenario")
 	if dir == "" {
