@@ -14,6 +14,7 @@ import (
 	"time"
 
 	tapesv1 "github.com/tapes-dev/tapes/internal/gen/tapes/v1"
+	"github.com/tapes-dev/tapes/internal/replication"
 	"github.com/tapes-dev/tapes/internal/testcluster"
 )
 
@@ -196,7 +197,8 @@ func TestBenchFailover(t *testing.T) {
 	e := testcluster.Start(t, binDir, 3, brokerArgs()...)
 	e.CreateTopic("fo", 1, 3, map[string]string{"min.insync.replicas": "2"})
 	rounds := setting("TAPES_BENCH_FAILOVERS", 7)
-	fmt.Printf("\nfailover, %d rounds each (500 ms Raft heartbeat and election timeouts):\n", rounds)
+	fmt.Printf("\nfailover, %d rounds each (brokerd's Raft timeouts unless TAPES_BENCH_BROKER_ARGS sets them: heartbeat %v, election %v):\n",
+		rounds, replication.DefaultRaftTimings().HeartbeatTimeout, replication.DefaultRaftTimings().ElectionTimeout)
 	var peerKills, peerGaps []time.Duration // SIGKILL, timed as the Kafka peer does
 	for _, fault := range []string{"SIGKILL", "SIGSTOP"} {
 		var times, elections []time.Duration

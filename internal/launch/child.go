@@ -426,7 +426,7 @@ const brokerGOGC = 400
 // to this much late, so that the wake-ups of its thousands of Raft timers
 // (heartbeats every 50-100 ms per follower, leases, election checks) that
 // fall within it cost one wake-up of the process instead of one each.
-// Against Raft's 500 ms timeouts 5 ms is 1%, on leaders' and followers'
+// Against Raft's 1 s timeouts 5 ms is 0.5%, on leaders' and followers'
 // timers alike; network events are not delayed.
 const BrokerTimerSlack = 5 * time.Millisecond
 

@@ -22,7 +22,7 @@ const (
 	DefaultHeartbeatTimeout = 1 * time.Second
 	DefaultSnapshotTimeout  = 30 * time.Second
 	// DefaultHeartbeatLinger: raft sends a heartbeat every 50-100 ms at
-	// tapes' 500 ms heartbeat timeout; 20 ms more is 4% of the follower's
+	// a 500 ms heartbeat timeout; 20 ms more is 4% of the follower's
 	// timeout. A linger coalesces about rate x linger heartbeats per
 	// message: with 100 idle groups on 3 brokers, 5 ms made calls of 3.3
 	// heartbeats and 20 ms of 8.8, which took the idle cluster from about

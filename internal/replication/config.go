@@ -33,23 +33,28 @@ type RaftTimings struct {
 	TrailingLogs      uint64
 }
 
-// DefaultRaftTimings pairs a 500 ms heartbeat with a 500 ms leader lease
-// (250 ms leases caused leader churn under load) and a 1 s CommitTimeout
+// DefaultRaftTimings pairs a 1 s heartbeat timeout with a 1 s leader lease
+// (250 ms leases caused leader churn under load) and a 2 s CommitTimeout
 // (the idle AppendEntries that also confirms each follower's log end for
-// the ISR). The 60 ms heartbeat linger: raft's heartbeat goroutine waits a
-// random 50-100 ms after each answered heartbeat, so the linger stretches
-// its period to 110-160 ms (under a third of a follower's 500 ms timeout), and
-// each heartbeat is a timer wake-up that costs about 37 us of CPU on a
-// 2-core VM. Idle CPU of 100 partitions (RF 3) on 3 brokers (internal/bench
-// TestBenchIdleCPU, 30 s windows): 16.3% of one core at 20 ms, 14.0-14.8%
-// at 40 ms, 12.1% at 60 ms, 12.8% at 80 ms.
+// the ISR). An idle broker's CPU is raft's per-follower heartbeats: each is
+// a timer wake-up that costs about 37 us of CPU on a 2-core VM, and raft
+// sends one every HeartbeatTimeout/10 to 2*HeartbeatTimeout/10 after the
+// last was answered. The 200 ms heartbeat linger stretches that period to
+// 300-400 ms, under half of a follower's 1-2 s timeout. Idle CPU of 100
+// partitions (RF 3) on 3 brokers (internal/bench TestBenchIdleCPU, 30 s
+// windows, 2026-12-03): 15.9-16.7% of one core with 500 ms timeouts, a 60 ms
+// linger and a 1 s CommitTimeout; 11.5% with 1 s timeouts and a 100 ms
+// linger; 9.9-10.8% with these. A leader's SIGKILL is noticed at once
+// (internal/broker peers.go); what the longer timeouts slow is noticing a
+// paused or cut-off leader: 1-2 s instead of 0.5-1 s (Kafka: its 9 s broker
+// session timeout).
 func DefaultRaftTimings() RaftTimings {
 	return RaftTimings{
-		HeartbeatTimeout:   500 * time.Millisecond,
-		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 500 * time.Millisecond,
-		CommitTimeout:      time.Second,
-		HeartbeatLinger:    60 * time.Millisecond,
+		HeartbeatTimeout:   time.Second,
+		ElectionTimeout:    time.Second,
+		LeaderLeaseTimeout: time.Second,
+		CommitTimeout:      2 * time.Second,
+		HeartbeatLinger:    200 * time.Millisecond,
 		SnapshotInterval:   2 * time.Minute,
 		SnapshotThreshold:  8192,
 		TrailingLogs:       10240,
@@ -87,6 +92,10 @@ func (t RaftTimings) raftConfig(local metadata.BrokerID) *raft.Config {
 	c.SnapshotInterval = t.SnapshotInterval
 	c.SnapshotThreshold = t.SnapshotThreshold
 	c.TrailingLogs = t.TrailingLogs
+	// raft measures each heartbeat twice (with and without the peer's
+	// label) unless told not to; once is enough, and every heartbeat of
+	// every group pays for it.
+	c.NoLegacyTelemetry = true
 	// The partition log is the durable state: Raft replays only what
 	// follows its last snapshot, and the FSM skips what the log holds.
 	c.NoSnapshotRestoreOnStart = true

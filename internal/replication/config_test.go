@@ -20,7 +20,7 @@ func TestRaftTimingsValidate(t *testing.T) {
 		{"election below heartbeat timeout", func(r *RaftTimings) { r.ElectionTimeout = r.HeartbeatTimeout / 2 }},
 		{"negative linger", func(r *RaftTimings) { r.HeartbeatLinger = -time.Millisecond }},
 		// 500 ms lease minus two 50 ms heartbeat periods, halved: 200 ms.
-		{"linger past the lease", func(r *RaftTimings) { r.HeartbeatLinger = 201 * time.Millisecond }},
+		{"linger past the lease", func(r *RaftTimings) { halfSecond(r); r.HeartbeatLinger = 201 * time.Millisecond }},
 		{"no commit timeout", func(r *RaftTimings) { r.CommitTimeout = 0 }},
 	}
 	for _, c := range cases {
@@ -31,6 +31,7 @@ func TestRaftTimingsValidate(t *testing.T) {
 		}
 	}
 	r := DefaultRaftTimings()
+	halfSecond(&r)
 	r.HeartbeatLinger = 200 * time.Millisecond
 	if err := r.Validate(); err != nil {
 		t.Errorf("linger at the bound: %v", err)
@@ -39,6 +40,11 @@ func TestRaftTimingsValidate(t *testing.T) {
 	if err := r.Validate(); err != nil {
 		t.Errorf("no linger: %v", err)
 	}
+}
+
+// halfSecond sets 500 ms heartbeat, election and lease timeouts.
+func halfSecond(r *RaftTimings) {
+	r.HeartbeatTimeout, r.ElectionTimeout, r.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 }
 
 func TestParseRaftLogKind(t *testing.T) {

@@ -496,20 +496,29 @@ func (r *Replica) stopContext(d time.Duration) context.Context {
 }
 
 // tickLoop re-checks leadership (observations may be dropped), the ISR and
-// retention once a second.
+// retention once a second. Every replica's ticks fall on the whole second
+// of the clock, so that an idle broker's hundreds of replicas wake together
+// (one timer wake-up of the process for all of them) instead of each at its
+// own moment.
 func (r *Replica) tickLoop() {
 	defer r.wg.Done()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
+	next := time.NewTimer(untilNextSecond(time.Now()))
+	defer next.Stop()
 	for {
 		select {
 		case <-r.stop:
 			return
-		case now := <-t.C:
+		case now := <-next.C:
 			r.CheckLeadership()
 			r.tick(now)
+			next.Reset(untilNextSecond(time.Now()))
 		}
 	}
+}
+
+// untilNextSecond is how long from now to the clock's next whole second.
+func untilNextSecond(now time.Time) time.Duration {
+	return now.Truncate(time.Second).Add(time.Second).Sub(now)
 }
 
 func (r *Replica) tick(now time.Time) {
