@@ -104,10 +104,18 @@ func TestParseKafkaRowsRefuse(t *testing.T) {
 func TestKafkaBrokersIn(t *testing.T) {
 	dir := t.TempDir()
 	n1 := filepath.Join(dir, "n1")
-	cmd := exec.Command("sh", "-c", "sleep 60; :", "kafka.Kafka", filepath.Join(n1, "server.properties"))
+	// The shell waits on its builtin read (stdin stays open until the
+	// cleanup), so that it never forks: a child between fork and exec
+	// would show the same command line.
+	cmd := exec.Command("sh", "-c", "read x", "kafka.Kafka", filepath.Join(n1, "server.properties"))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { stdin.Close() })
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	if got := kafkaBrokersIn([]string{n1}); !slices.Equal(got, []int{cmd.Process.Pid}) {
 		t.Errorf("kafkaBrokersIn(%s) = %v, want [%d]", n1, got, cmd.Process.Pid)
