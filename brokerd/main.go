@@ -117,6 +117,13 @@ func run(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
 	}
+	lingerSet := false
+	fs.Visit(func(f *flag.Flag) { lingerSet = lingerSet || f.Name == "raft-heartbeat-linger" })
+	if !lingerSet {
+		// The default linger suits the default timeouts; shorter timeouts
+		// given without a linger get the longest one they allow.
+		def.Raft.HeartbeatLinger = min(def.Raft.HeartbeatLinger, max(0, def.Raft.MaxHeartbeatLinger()))
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level %q: use debug, info, warn or error", *logLevel)

@@ -61,6 +61,13 @@ func DefaultRaftTimings() RaftTimings {
 	}
 }
 
+// MaxHeartbeatLinger is the longest HeartbeatLinger the other timings
+// allow: half of the leader lease minus two of raft's longest heartbeat
+// periods (see HeartbeatLinger).
+func (t RaftTimings) MaxHeartbeatLinger() time.Duration {
+	return (t.LeaderLeaseTimeout - 2*t.HeartbeatTimeout/10) / 2
+}
+
 // Validate checks the relations hashicorp/raft requires and that the ISR
 // needs.
 func (t RaftTimings) Validate() error {
@@ -71,8 +78,8 @@ func (t RaftTimings) Validate() error {
 		return fmt.Errorf("%w: leader lease %v exceeds heartbeat timeout %v", ErrBadTiming, t.LeaderLeaseTimeout, t.HeartbeatTimeout)
 	case t.ElectionTimeout < t.HeartbeatTimeout:
 		return fmt.Errorf("%w: election timeout %v is below heartbeat timeout %v", ErrBadTiming, t.ElectionTimeout, t.HeartbeatTimeout)
-	case t.HeartbeatLinger < 0 || t.HeartbeatLinger > (t.LeaderLeaseTimeout-2*t.HeartbeatTimeout/10)/2:
-		return fmt.Errorf("%w: heartbeat linger %v must be between 0 and half of leader lease minus twice the heartbeat period (%v)", ErrBadTiming, t.HeartbeatLinger, (t.LeaderLeaseTimeout-2*t.HeartbeatTimeout/10)/2)
+	case t.HeartbeatLinger < 0 || t.HeartbeatLinger > t.MaxHeartbeatLinger():
+		return fmt.Errorf("%w: heartbeat linger %v must be between 0 and half of leader lease minus twice the heartbeat period (%v)", ErrBadTiming, t.HeartbeatLinger, t.MaxHeartbeatLinger())
 	case t.CommitTimeout <= 0:
 		return fmt.Errorf("%w: commit timeout %v", ErrBadTiming, t.CommitTimeout)
 	case t.SnapshotThreshold == 0 || t.SnapshotInterval <= 0:
