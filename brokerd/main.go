@@ -70,7 +70,7 @@ func run(args []string) error {
 	fs.DurationVar(&def.Raft.ElectionTimeout, "raft-election-timeout", def.Raft.ElectionTimeout, "Raft election timeout (at least the heartbeat timeout)")
 	fs.DurationVar(&def.Raft.LeaderLeaseTimeout, "raft-leader-lease", def.Raft.LeaderLeaseTimeout, "Raft leader lease: a leader that cannot reach a quorum for this long steps down (at most the heartbeat timeout)")
 	fs.DurationVar(&def.Raft.CommitTimeout, "raft-commit-timeout", def.Raft.CommitTimeout, "how often an idle Raft leader sends AppendEntries (this also confirms followers for the ISR)")
-	fs.DurationVar(&def.Raft.HeartbeatLinger, "raft-heartbeat-linger", def.Raft.HeartbeatLinger, "how long a Raft heartbeat waits to travel with others to the same broker (fewer messages and wake-ups when idle; 0 sends each at once)")
+	fs.DurationVar(&def.Raft.HeartbeatLinger, "raft-heartbeat-linger", def.Raft.HeartbeatLinger, "how long a Raft heartbeat waits to travel with others to the same broker (fewer messages and wake-ups when idle; 0 sends each at once; not given, with a shorter lease than the default: the longest that lease allows)")
 	fs.DurationVar(&def.Raft.SnapshotInterval, "raft-snapshot-interval", def.Raft.SnapshotInterval, "how often Raft checks whether to snapshot and compact its log")
 	fs.Uint64Var(&def.Raft.SnapshotThreshold, "raft-snapshot-threshold", def.Raft.SnapshotThreshold, "Raft log entries since the last snapshot that trigger a new one")
 	fs.Uint64Var(&def.Raft.TrailingLogs, "raft-trailing-logs", def.Raft.TrailingLogs, "Raft log entries kept after a snapshot (a follower further behind is rebuilt from the snapshot)")
