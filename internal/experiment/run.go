@@ -85,8 +85,14 @@ type Options struct {
 	Netns bool
 }
 
-// brokerArgs make failures show within seconds (as the tests' timings).
+// brokerArgs make failures show within seconds (as the tests' timings):
+// Raft timeouts of half brokerd's defaults find a paused or cut-off leader
+// in 0.5-1 s.
 var brokerArgs = []string{
+	"--raft-heartbeat-timeout", "500ms",
+	"--raft-election-timeout", "500ms",
+	"--raft-leader-lease", "500ms",
+	"--raft-heartbeat-linger", "60ms",
 	"--replica-lag-time-max", "2s",
 	"--broker-heartbeat-interval", "300ms",
 	"--broker-session-timeout", "1500ms",
