@@ -346,6 +346,25 @@ func TestKafkaFetch(t *testing.T) {
 			offsets[p] = 0
 		}
 		c := consumeKafka(t, e, "wake", offsets, kgo.FetchMaxWait(maxWait))
+		// First one record per partition, read without a bound below
+		// maxWait: afterwards the client fetches every partition from its
+		// leader. Before, a Fetch parked on a leader may not cover a
+		// partition the client still fetches elsewhere (its metadata older
+		// than a leader's move), and only the next Fetch, maxWait later,
+		// would.
+		for p := range int32(6) {
+			produceGRPC(t, e, "wake", p, []*tapesv1.Record{{Value: []byte("warm-up")}})
+		}
+		for range 6 {
+			select {
+			case r := <-c.got:
+				if string(r.Value) != "warm-up" {
+					t.Fatalf("got %s-%d %q, want a warm-up record", r.Topic, r.Partition, r.Value)
+				}
+			case <-time.After(3 * maxWait):
+				t.Fatalf("the warm-up records were not all read within %v", 3*maxWait)
+			}
+		}
 		for _, p := range []int32{3, 0, 5, 1, 4, 2} {
 			leader := e.Partition("wake", p).LeaderId
 			// A Fetch covering p waits on its leader, written less than
