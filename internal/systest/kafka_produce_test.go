@@ -241,12 +241,24 @@ func startGroupReader(t *testing.T, e *testcluster.Env, group, topic string) *gr
 				g.got = append(g.got, c)
 			}
 			g.mu.Unlock()
-			if err := cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
-				g.mu.Lock()
-				if g.err == nil {
-					g.err = err
+			// A commit may meet the coordinator a test just SIGKILLed
+			// ("unable to dial"); the client finds the next one on a
+			// retry. Ten failures in a row fail the test.
+			for try := 1; ; try++ {
+				err := cl.CommitRecords(ctx, recs...)
+				if err == nil || ctx.Err() != nil {
+					break
 				}
-				g.mu.Unlock()
+				if try == 10 {
+					g.mu.Lock()
+					if g.err == nil {
+						g.err = err
+					}
+					g.mu.Unlock()
+					break
+				}
+				t.Logf("group %s commit (try %d of 10): %v", group, try, err)
+				time.Sleep(500 * time.Millisecond)
 			}
 		}
 	}()
