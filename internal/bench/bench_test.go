@@ -197,8 +197,9 @@ func TestBenchFailover(t *testing.T) {
 	e := testcluster.Start(t, binDir, 3, brokerArgs()...)
 	e.CreateTopic("fo", 1, 3, map[string]string{"min.insync.replicas": "2"})
 	rounds := setting("TAPES_BENCH_FAILOVERS", 7)
+	raftDefaults := replication.DefaultRaftTimings()
 	fmt.Printf("\nfailover, %d rounds each (brokerd's Raft timeouts unless TAPES_BENCH_BROKER_ARGS sets them: heartbeat %v, election %v):\n",
-		rounds, replication.DefaultRaftTimings().HeartbeatTimeout, replication.DefaultRaftTimings().ElectionTimeout)
+		rounds, raftDefaults.HeartbeatTimeout, raftDefaults.ElectionTimeout)
 	var peerKills, peerGaps []time.Duration // SIGKILL, timed as the Kafka peer does
 	for _, fault := range []string{"SIGKILL", "SIGSTOP"} {
 		var times, elections []time.Duration
