@@ -258,7 +258,10 @@ func startGroupReader(t *testing.T, e *testcluster.Env, group, topic string) *gr
 					break
 				}
 				t.Logf("group %s commit (try %d of 10): %v", group, try, err)
-				time.Sleep(500 * time.Millisecond)
+				select {
+				case <-ctx.Done():
+				case <-time.After(500 * time.Millisecond):
+				}
 			}
 		}
 	}()
